@@ -1,0 +1,1 @@
+"""Consolidation: gists, episode summaries, entities and archival, off the hot path."""

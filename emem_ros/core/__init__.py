@@ -1,0 +1,1 @@
+"""ROS-free data model, configuration, errors and time expressions."""

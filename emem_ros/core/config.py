@@ -1,0 +1,125 @@
+"""Memory configuration: eMEM / EmbodiedAgents parameter names plus our own.
+
+Names shared with the peer ``emem`` keep their meaning so that a params file
+written for it works here; ``validate()`` turns a bad value into one sentence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from emem_ros.core.errors import InvalidInputError
+
+
+@dataclass
+class MemoryConfig:
+    # Storage
+    db_path: str = "memory.db"
+    """SQLite file; derived index files sit beside it (``<db>.idx/``)."""
+    index_save_interval: float = 60.0
+    """Seconds between periodic saves of the derived indexes (0 = only on close)."""
+
+    # Working memory
+    working_memory_size: int = 10_000
+    """Observations held in RAM before `add` flushes synchronously (back-pressure)."""
+    flush_interval: float = 1.0
+    """Seconds between timer flushes of the working memory (0 = no timer thread)."""
+    flush_batch_size: int = 256
+    """Buffered observations that trigger a flush."""
+
+    # Text limits
+    max_text_length: int = 4096
+    """Longer texts are rejected with a clear error (not truncated silently)."""
+
+    # Embeddings
+    embedding_model: str = "all-MiniLM-L6-v2"
+    embedding_cache_size: int = 100_000
+    """Distinct texts whose ids are kept in RAM; the texts table is the durable cache."""
+    rebuild_on_model_change: bool = False
+    """Re-embed everything when the file was built with another model, instead of failing."""
+
+    # Consolidation
+    consolidation_window: float = 1800.0
+    consolidation_spatial_eps: float = 3.0
+    consolidation_min_samples: int = 3
+    consolidation_time_gap: float = 120.0
+    """Seconds without an observation that split a cluster in time."""
+    consolidation_max_extent: float = 15.0
+    """Metres: a cluster wider than this is split, so one gist never swallows a floor."""
+    consolidation_max_size: int = 5_000
+    consolidation_per_layer: bool = False
+
+    # Archival
+    archive_after_seconds: float = 3600.0
+    """Seconds after promotion to long_term before raw text is archived."""
+    archive_retention: str = "keep"
+    """'keep' moves archived raw text to the cold store; 'drop' deletes it."""
+
+    # Entities
+    entity_similarity_threshold: float = 0.85
+    entity_spatial_radius: float = 5.0
+
+    # Retrieval
+    recency_weight: float = 0.0
+    recency_halflife: float = 3600.0
+    similarity_floor: float = 0.2
+
+    # HNSW
+    hnsw_ef_construction: int = 200
+    hnsw_m: int = 16
+    hnsw_ef_search: int = 64
+    hnsw_max_elements: int = 10_000
+    """Initial capacity; the index grows by doubling."""
+
+    # Default frame for positions given without one.
+    frame_id: str = "map"
+
+    def validate(self) -> "MemoryConfig":
+        positive = (
+            "working_memory_size", "flush_batch_size", "max_text_length",
+            "consolidation_window", "consolidation_spatial_eps", "consolidation_min_samples",
+            "consolidation_time_gap", "consolidation_max_extent", "consolidation_max_size",
+            "entity_spatial_radius", "recency_halflife", "hnsw_ef_construction", "hnsw_m",
+            "hnsw_ef_search", "hnsw_max_elements", "embedding_cache_size",
+        )
+        non_negative = ("flush_interval", "index_save_interval", "archive_after_seconds", "recency_weight")
+        for name in positive:
+            value = getattr(self, name)
+            if not _is_number(value) or value <= 0:
+                raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
+        for name in non_negative:
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise InvalidInputError(f"{name} must be zero or a positive number, got {value!r}")
+        for name in ("entity_similarity_threshold", "similarity_floor"):
+            value = getattr(self, name)
+            if not _is_number(value) or not -1.0 <= value <= 1.0:
+                raise InvalidInputError(f"{name} must be a cosine similarity in [-1, 1], got {value!r}")
+        if self.flush_batch_size > self.working_memory_size:
+            raise InvalidInputError(
+                f"flush_batch_size ({self.flush_batch_size}) must not exceed "
+                f"working_memory_size ({self.working_memory_size})"
+            )
+        if self.archive_retention not in ("keep", "drop"):
+            raise InvalidInputError(f"archive_retention must be 'keep' or 'drop', got {self.archive_retention!r}")
+        if not self.db_path:
+            raise InvalidInputError("db_path must not be empty")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "MemoryConfig":
+        """Build from a mapping; unknown keys are an error, not silently ignored."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InvalidInputError(f"unknown memory parameter(s): {', '.join(unknown)}")
+        return cls(**values).validate()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

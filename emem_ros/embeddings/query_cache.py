@@ -1,0 +1,36 @@
+"""LRU of query text -> vector: planners ask the same questions again and again."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from emem_ros.embeddings.base import EmbeddingProvider, check_embeddings
+
+
+class QueryEmbedder:
+    def __init__(self, provider: EmbeddingProvider, capacity: int = 4096) -> None:
+        self._provider = provider
+        self._capacity = capacity
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(self, text: str) -> np.ndarray:
+        with self._lock:
+            vector = self._items.get(text)
+            if vector is not None:
+                self._items.move_to_end(text)
+                self.hits += 1
+                return vector
+        vector = check_embeddings(self._provider.embed([text]), [text], self._provider.dim)[0]
+        vector.setflags(write=False)
+        with self._lock:
+            self.misses += 1
+            self._items[text] = vector
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+        return vector

@@ -1,0 +1,1 @@
+"""Derived indexes (meaning, place): rebuildable from SQLite at any time."""

@@ -1,0 +1,194 @@
+"""hnswlib cosine index over unit vectors, keyed by SQLite row ids.
+
+The index is derived: SQLite holds every vector as a BLOB. On open the newest
+snapshot is loaded and caught up from rows above its high-water mark; a
+snapshot that cannot be read, or whose size disagrees with SQLite, is rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+import hnswlib
+import numpy as np
+
+from emem_ros.indexes.snapshots import list_snapshots, write_snapshot
+
+log = logging.getLogger(__name__)
+
+# Below this many live vectors an exact numpy scan is as fast as the graph
+# and never misses a filtered candidate.
+EXACT_SCAN_LIMIT = 2048
+
+
+class VectorIndex:
+    def __init__(
+        self,
+        name: str,
+        dim: int,
+        *,
+        m: int = 16,
+        ef_construction: int = 200,
+        ef_search: int = 64,
+        initial_capacity: int = 10_000,
+    ) -> None:
+        self.name = name
+        self.dim = dim
+        self._m = m
+        self._ef_construction = ef_construction
+        self._ef_search = ef_search
+        self._initial_capacity = max(16, initial_capacity)
+        self._lock = threading.RLock()
+        self._index = self._new_index(self._initial_capacity)
+        self._live = 0
+        self.high_water = 0
+        self.dirty = False
+
+    # -- building -------------------------------------------------------
+    def _new_index(self, capacity: int) -> hnswlib.Index:
+        index = hnswlib.Index(space="cosine", dim=self.dim)
+        index.init_index(
+            max_elements=capacity, ef_construction=self._ef_construction, M=self._m,
+            allow_replace_deleted=False,
+        )
+        index.set_ef(self._ef_search)
+        index.set_num_threads(1)
+        return index
+
+    def add(self, labels: np.ndarray, vectors: np.ndarray) -> None:
+        if len(labels) == 0:
+            return
+        labels = np.asarray(labels, dtype=np.int64)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        with self._lock:
+            needed = self._index.get_current_count() + len(labels)
+            capacity = self._index.get_max_elements()
+            if needed > capacity:
+                self._index.resize_index(max(needed, capacity * 2))
+            self._index.add_items(vectors, labels, num_threads=1)
+            self._live += len(labels)
+            self.high_water = max(self.high_water, int(labels.max()))
+            self.dirty = True
+
+    def remove(self, labels: Iterable[int]) -> None:
+        with self._lock:
+            for label in labels:
+                try:
+                    self._index.mark_deleted(int(label))
+                    self._live -= 1
+                    self.dirty = True
+                except RuntimeError:
+                    pass  # not in the index (never embedded, or already deleted)
+
+    def rebuild(self, rows: Iterable[tuple[np.ndarray, np.ndarray]], total: int) -> None:
+        """Replace the index with vectors streamed from SQLite in chunks."""
+        with self._lock:
+            self._index = self._new_index(max(self._initial_capacity, total + 1))
+            self._live = 0
+            self.high_water = 0
+            for labels, vectors in rows:
+                self.add(labels, vectors)
+            self.dirty = True
+
+    # -- querying -------------------------------------------------------
+    def __len__(self) -> int:
+        return self._live
+
+    def search(
+        self,
+        vector: np.ndarray,
+        k: int,
+        allowed: Optional[Callable[[int], bool]] = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Labels and cosine similarities of the k nearest, best first."""
+        with self._lock:
+            live = self._live
+            if live == 0 or k <= 0:
+                return np.empty(0, np.int64), np.empty(0, np.float32)
+            k = min(k, live)
+            self._index.set_ef(max(self._ef_search, k))
+            try:
+                labels, distances = self._index.knn_query(
+                    np.asarray(vector, np.float32).reshape(1, -1), k=k, filter=allowed, num_threads=1
+                )
+            except RuntimeError:
+                # hnswlib raises when fewer than k elements pass the filter.
+                return self._search_fewer(vector, k, allowed)
+        return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
+
+    def _search_fewer(self, vector, k, allowed):
+        while k > 1:
+            k //= 2
+            try:
+                labels, distances = self._index.knn_query(
+                    np.asarray(vector, np.float32).reshape(1, -1), k=k, filter=allowed, num_threads=1
+                )
+                return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
+            except RuntimeError:
+                continue
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+
+    # -- persistence ----------------------------------------------------
+    def save(self, folder: Path) -> None:
+        with self._lock:
+            if not self.dirty and list_snapshots(folder, self.name, "hnsw"):
+                return
+            write_snapshot(folder, self.name, self.high_water, "hnsw", self._index.save_index)
+            self.dirty = False
+
+    def load(self, folder: Path, expected_max: int) -> bool:
+        """Load the newest readable snapshot; False when none could be used."""
+        for mark, path in list_snapshots(folder, self.name, "hnsw"):
+            if mark > expected_max:
+                log.warning("%s: snapshot %s is ahead of the database; ignoring it", self.name, path.name)
+                continue
+            index = hnswlib.Index(space="cosine", dim=self.dim)
+            try:
+                index.load_index(str(path), max_elements=0, allow_replace_deleted=False)
+            except Exception as exc:  # hnswlib raises RuntimeError, or worse, on a bad file
+                log.warning("%s: snapshot %s is unreadable (%s); rebuilding", self.name, path.name, exc)
+                continue
+            if index.dim != self.dim:
+                log.warning("%s: snapshot %s has dim %d, expected %d", self.name, path.name, index.dim, self.dim)
+                continue
+            index.set_ef(self._ef_search)
+            index.set_num_threads(1)
+            with self._lock:
+                self._index = index
+                self._live = index.get_current_count()
+                self.high_water = mark
+                self.dirty = False
+            return True
+        return False
+
+    def reconcile(
+        self, expected: np.ndarray, fetch: Callable[[np.ndarray], np.ndarray]
+    ) -> tuple[int, int]:
+        """Make the index hold exactly ``expected`` labels: add missing, drop extra.
+
+        Deleted labels stay listed by hnswlib, so a label that is both listed and
+        expected but deleted is restored through ``fetch`` as well.
+        """
+        with self._lock:
+            listed = np.asarray(self._index.get_ids_list(), dtype=np.int64)
+            expected = np.asarray(expected, dtype=np.int64)
+            extra = np.setdiff1d(listed, expected, assume_unique=False)
+            missing = np.setdiff1d(expected, listed, assume_unique=False)
+            for label in extra:
+                try:
+                    self._index.mark_deleted(int(label))
+                except RuntimeError:
+                    pass
+            self._live = len(listed) - len(extra)
+            if len(missing):
+                for start in range(0, len(missing), 4096):
+                    chunk = missing[start : start + 4096]
+                    self.add(chunk, fetch(chunk))
+            if len(extra):
+                self.dirty = True
+            if len(expected):
+                self.high_water = max(self.high_water, int(expected.max()))
+        return len(missing), len(extra)

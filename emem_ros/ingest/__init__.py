@@ -1,0 +1,1 @@
+"""From raw readings to stored observations: drafts and the working-memory buffer."""

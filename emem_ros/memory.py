@@ -1,0 +1,365 @@
+"""Memory: the facade a robot node, a bag replay or any Python agent talks to.
+
+Ingestion mirrors the peer ``emem`` package (``add``, ``add_body_state``,
+``start_episode``, ``end_episode``, ``flush``, ``close``) so code written for
+it runs unchanged; everything below it is ours.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from emem_ros.core.config import MemoryConfig
+from emem_ros.core.errors import EmemError, InvalidInputError, UnknownNodeError
+from emem_ros.core.periodic import PeriodicThread
+from emem_ros.core.timeexpr import TimeLike, parse_time
+from emem_ros.core.types import (
+    EpisodeStatus,
+    NodeKind,
+    Position,
+    SourceType,
+    finite_position,
+    make_id,
+    parse_id,
+)
+from emem_ros.embeddings.base import EmbeddingProvider, check_embeddings, provider_name
+from emem_ros.embeddings.query_cache import QueryEmbedder
+from emem_ros.ingest.drafts import ObservationDraft
+from emem_ros.ingest.working_memory import WorkingMemory
+from emem_ros.consolidation.mixin import ConsolidationMixin
+from emem_ros.storage.store import MemoryStore, NewObservation, WriteReport
+from emem_ros.tools.mixin import ToolsMixin
+
+log = logging.getLogger(__name__)
+
+_SOURCE_TYPES = {s.value for s in SourceType}
+EpisodeHook = Callable[["Memory", int, bool], None]
+
+
+def default_embedding_provider() -> EmbeddingProvider:
+    from emem_ros.embeddings.sentence_transformer import SentenceTransformerProvider
+
+    return SentenceTransformerProvider()
+
+
+class Memory(ToolsMixin, ConsolidationMixin):
+    def __init__(
+        self,
+        db_path: Optional[str] = None,
+        config: Optional[MemoryConfig] = None,
+        embedding_provider: Optional[EmbeddingProvider] = None,
+        llm_client: Any = None,
+        get_current_time: Optional[Callable[[], float]] = None,
+    ) -> None:
+        config = replace(config) if config is not None else MemoryConfig()
+        if db_path is not None:
+            config.db_path = str(db_path)
+        self.config = config.validate()
+        self.embedder = embedding_provider or default_embedding_provider()
+        self.llm_client = llm_client
+        self._clock = get_current_time or time.time
+        self.store = MemoryStore(self.config, self.embedder.dim, provider_name(self.embedder))
+        if self.store.needs_reembed:
+            self.store.reembed_all(self._embed_texts)
+        self.embed_query = QueryEmbedder(self.embedder)
+        self._episode_lock = threading.RLock()
+        self._episodes: list[int] = self._resume_active_episodes()
+        self._episode_end_hooks: list[EpisodeHook] = []
+        self._closed = False
+        self.last_write: Optional[WriteReport] = None
+        self.stats = {"flushes": 0, "observations_written": 0, "texts_embedded": 0}
+        self._wm = WorkingMemory(self._write_batch, self.config.working_memory_size,
+                                 self.config.flush_batch_size, self.config.flush_interval)
+        self._index_saver: Optional[PeriodicThread] = None
+        if self.config.index_save_interval > 0:
+            self._index_saver = PeriodicThread(
+                "emem-index-save", self.config.index_save_interval, self.store.save_indexes).start()
+        self._init_tools()
+        self._init_consolidation()
+
+    # ------------------------------------------------------------------ clock
+    def now(self) -> float:
+        """The memory's clock: the ROS clock on a robot, bag time in a replay."""
+        return float(self._clock())
+
+    def set_clock(self, get_current_time: Callable[[], float]) -> None:
+        self._clock = get_current_time
+
+    def resolve_time(self, value: TimeLike) -> Optional[float]:
+        return parse_time(value, self.now())
+
+    # ------------------------------------------------------------------ ingestion
+    def add(
+        self,
+        text: str,
+        x: Optional[float] = None,
+        y: Optional[float] = None,
+        z: Optional[float] = 0.0,
+        timestamp: Optional[float] = None,
+        layer_name: str = "default",
+        source_type: str = "manual",
+        confidence: float = 1.0,
+        metadata: Optional[dict[str, Any]] = None,
+        embedding: Optional[np.ndarray] = None,
+        *,
+        frame_id: Optional[str] = None,
+        value: Optional[float] = None,
+    ) -> str:
+        """Buffer one observation and return its id; x=y=None means 'position unknown'."""
+        self._check_open()
+        position = finite_position(x, y, z)
+        observation = NewObservation(
+            id=0,
+            text=self._clean_text(text),
+            stamp=self._stamp(timestamp),
+            layer=self._clean_layer(layer_name),
+            source_type=self._clean_source_type(source_type),
+            position=position,
+            frame_id=frame_id or self.config.frame_id,
+            confidence=self._clean_confidence(confidence),
+            episode_id=self.active_episode_number,
+            value=self._clean_value(value),
+            metadata=self._clean_metadata(metadata),
+            embedding=self._clean_embedding(embedding),
+        )
+        observation.id = self.store.allocate_observation_id()
+        self._wm.add(observation)
+        return make_id(NodeKind.OBSERVATION, observation.id)
+
+    def add_body_state(
+        self,
+        text: str,
+        layer_name: str,
+        x: Optional[float] = None,
+        y: Optional[float] = None,
+        z: Optional[float] = 0.0,
+        timestamp: Optional[float] = None,
+        confidence: float = 1.0,
+        metadata: Optional[dict[str, Any]] = None,
+        *,
+        value: Optional[float] = None,
+    ) -> str:
+        """An interoception reading: only ``body_status`` ever returns it."""
+        return self.add(text, x, y, z, timestamp, layer_name, SourceType.INTEROCEPTION.value,
+                        confidence, metadata, value=value)
+
+    def add_draft(self, draft: ObservationDraft, robot_position: Optional[Position] = None) -> str:
+        """The ROS and replay path: a draft's own position wins over the robot's."""
+        position = draft.position if draft.position is not None else robot_position
+        x, y, z = position if position is not None else (None, None, None)
+        metadata = dict(draft.metadata)
+        if draft.position is None and robot_position is not None:
+            metadata.setdefault("position_source", "odometry")
+        return self.add(draft.text, x, y, z, draft.stamp, draft.layer, draft.source_type,
+                        draft.confidence, metadata or None, frame_id=draft.frame_id, value=draft.value)
+
+    def flush(self) -> int:
+        """Store everything buffered now; raises (batch kept) if storing fails."""
+        self._check_open()
+        return self._wm.flush()
+
+    @property
+    def pending(self) -> int:
+        return len(self._wm)
+
+    def recent_buffered(self, n: Optional[int] = None) -> list[NewObservation]:
+        return self._wm.recent(n)
+
+    def _write_batch(self, batch) -> None:
+        report = self.store.write_observations(batch, self._embed_texts)
+        self.last_write = report
+        self.stats["flushes"] += 1
+        self.stats["observations_written"] += report.observations
+        self.stats["texts_embedded"] += report.embedded
+
+    def _embed_texts(self, texts: list[str]) -> np.ndarray:
+        return check_embeddings(self.embedder.embed(list(texts)), texts, self.embedder.dim)
+
+    # ------------------------------------------------------------------ validation
+    def _clean_text(self, text: Any) -> str:
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text must be a string, got {type(text).__name__}")
+        cleaned = text.strip()
+        if not cleaned:
+            raise InvalidInputError("text is empty; an observation needs words")
+        if "\x00" in cleaned:
+            raise InvalidInputError("text contains a NUL character")
+        if len(cleaned) > self.config.max_text_length:
+            raise InvalidInputError(
+                f"text is {len(cleaned)} characters, over max_text_length "
+                f"({self.config.max_text_length}); split it or raise the limit"
+            )
+        return cleaned
+
+    def _stamp(self, timestamp: Optional[float]) -> float:
+        if timestamp is None:
+            return self.now()
+        if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+            raise InvalidInputError(f"timestamp must be epoch seconds, got {timestamp!r}")
+        if not math.isfinite(timestamp):
+            raise InvalidInputError(f"timestamp must be finite, got {timestamp!r}")
+        return float(timestamp)
+
+    @staticmethod
+    def _clean_layer(layer: Any) -> str:
+        if not isinstance(layer, str) or not layer.strip():
+            raise InvalidInputError(f"layer_name must be a non-empty string, got {layer!r}")
+        return layer.strip()
+
+    @staticmethod
+    def _clean_source_type(source_type: Any) -> str:
+        if source_type not in _SOURCE_TYPES:
+            raise InvalidInputError(
+                f"unknown source_type {source_type!r}; use one of {', '.join(sorted(_SOURCE_TYPES))}"
+            )
+        return str(source_type)
+
+    @staticmethod
+    def _clean_confidence(confidence: Any) -> float:
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) \
+                or not math.isfinite(confidence) or not 0.0 <= confidence <= 1.0:
+            raise InvalidInputError(f"confidence must be a number in [0, 1], got {confidence!r}")
+        return float(confidence)
+
+    @staticmethod
+    def _clean_value(value: Any) -> Optional[float]:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidInputError(f"value must be a finite number, got {value!r}")
+        return float(value)
+
+    @staticmethod
+    def _clean_metadata(metadata: Any) -> Optional[dict[str, Any]]:
+        if metadata is None:
+            return None
+        if not isinstance(metadata, dict):
+            raise InvalidInputError(f"metadata must be a dict, got {type(metadata).__name__}")
+        try:
+            json.dumps(metadata, allow_nan=False, default=str)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"metadata must be JSON-serialisable: {exc}") from exc
+        return metadata
+
+    def _clean_embedding(self, embedding: Any) -> Optional[np.ndarray]:
+        if embedding is None:
+            return None
+        try:
+            return check_embeddings(embedding, ["embedding"], self.embedder.dim)[0]
+        except EmemError as exc:
+            raise InvalidInputError(f"embedding rejected: {exc}") from exc
+
+    # ------------------------------------------------------------------ episodes
+    def _resume_active_episodes(self) -> list[int]:
+        """After a restart, episodes left active are active again (outermost first)."""
+        rows = self.store.reader().execute(
+            "SELECT id, parent_id FROM episodes WHERE status = ? ORDER BY start, id",
+            (EpisodeStatus.ACTIVE.value,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    @property
+    def active_episode_number(self) -> Optional[int]:
+        with self._episode_lock:
+            return self._episodes[-1] if self._episodes else None
+
+    @property
+    def active_episode_id(self) -> Optional[str]:
+        number = self.active_episode_number
+        return make_id(NodeKind.EPISODE, number) if number is not None else None
+
+    def start_episode(self, name: str, parent_episode_id: Optional[str] = None,
+                      goal: Optional[str] = None, metadata: Optional[dict[str, Any]] = None) -> str:
+        """Open an episode; with a parent it is a SUBTASK_OF it, and FOLLOWS its last sibling."""
+        self._check_open()
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInputError("an episode needs a non-empty name")
+        parent = self._episode_number(parent_episode_id) if parent_episode_id else None
+        self._wm.flush()
+        with self._episode_lock:
+            number = self.store.create_episode(name.strip(), self.now(), parent, goal,
+                                               self._clean_metadata(metadata))
+            self._episodes.append(number)
+        return make_id(NodeKind.EPISODE, number)
+
+    def end_episode(self, consolidate: bool = True, result: Optional[str] = None,
+                    reflection: Optional[str] = None, success: Optional[bool] = None) -> Optional[str]:
+        """Close the innermost active episode; returns its id, or None if none was active."""
+        self._check_open()
+        with self._episode_lock:
+            if not self._episodes:
+                return None
+            self._wm.flush()
+            number = self._episodes.pop()
+        self.store.finish_episode(number, self.now(), result=result, reflection=reflection, success=success)
+        for hook in list(self._episode_end_hooks):
+            try:
+                hook(self, number, consolidate)
+            except Exception:
+                log.exception("episode-end hook failed for episode %s", number)
+        return make_id(NodeKind.EPISODE, number)
+
+    def on_episode_end(self, hook: EpisodeHook) -> None:
+        self._episode_end_hooks.append(hook)
+
+    @staticmethod
+    def _episode_number(episode_id: str) -> int:
+        try:
+            kind, number = parse_id(episode_id)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        if kind is not NodeKind.EPISODE:
+            raise InvalidInputError(f"{episode_id} is not an episode id (those look like 'ep-3')")
+        return number
+
+    # ------------------------------------------------------------------ lifecycle
+    def save(self) -> None:
+        self.flush()
+        self.store.save_indexes()
+
+    def close(self) -> None:
+        """Flush, stop timers, save indexes, close files. Safe to call twice."""
+        if self._closed:
+            return
+        self._close_consolidation()
+        self._closed = True
+        self._wm.stop()
+        if self._index_saver is not None:
+            self._index_saver.stop()
+        try:
+            self._wm.flush()
+        except Exception:
+            log.exception("final flush failed; %d buffered observations were not stored", len(self._wm))
+            raise
+        finally:
+            self.store.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EmemError("this memory is closed")
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def get_observation(self, node_id: str):
+        try:
+            return self.store.get_observation(node_id)
+        except ValueError as exc:
+            raise UnknownNodeError(str(exc)) from exc

@@ -1,0 +1,1 @@
+"""SQLite, the source of truth: nodes, edges, tiers, texts and their vectors."""

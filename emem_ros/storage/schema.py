@@ -1,0 +1,188 @@
+"""Schema and migrations of the memory file.
+
+Texts are interned: an observation points at a row of ``texts``, which holds
+the one embedding of that string. ``places`` aggregates observations of one
+text in one grid cell (count, first/last stamp); it feeds the R-tree.
+Many-to-one edges are columns (observations.episode_id = BELONGS_TO,
+observations.gist_id = SUMMARIZES, episodes.parent_id = SUBTASK_OF,
+episodes.previous_id = FOLLOWS); many-to-many edges live in ``edges``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from emem_ros.core.errors import StoreError
+
+SCHEMA_V1 = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+CREATE TABLE texts(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    text TEXT NOT NULL UNIQUE,
+    embedding BLOB,
+    refs INTEGER NOT NULL DEFAULT 0
+);
+CREATE VIRTUAL TABLE texts_fts USING fts5(text, content='texts', content_rowid='id',
+    tokenize='porter unicode61');
+
+CREATE TABLE episodes(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    start REAL NOT NULL,
+    end REAL,
+    status TEXT NOT NULL,
+    parent_id INTEGER REFERENCES episodes(id),
+    previous_id INTEGER REFERENCES episodes(id),
+    summary TEXT NOT NULL DEFAULT '',
+    goal TEXT, action TEXT, result TEXT, reflection TEXT,
+    success INTEGER,
+    consolidated INTEGER NOT NULL DEFAULT 0,
+    metadata TEXT,
+    embedding BLOB
+);
+CREATE INDEX episodes_start ON episodes(start);
+CREATE INDEX episodes_name ON episodes(name, start);
+CREATE INDEX episodes_parent ON episodes(parent_id);
+
+CREATE TABLE observations(
+    id INTEGER PRIMARY KEY,
+    text_id INTEGER REFERENCES texts(id),
+    stamp REAL NOT NULL,
+    layer TEXT NOT NULL,
+    source_type TEXT NOT NULL,
+    x REAL, y REAL, z REAL,
+    frame_id TEXT,
+    confidence REAL NOT NULL DEFAULT 1.0,
+    episode_id INTEGER REFERENCES episodes(id),
+    gist_id INTEGER,
+    tier TEXT NOT NULL DEFAULT 'short_term',
+    tier_since REAL,
+    value REAL,
+    metadata TEXT
+);
+CREATE INDEX obs_stamp ON observations(stamp);
+CREATE INDEX obs_layer_stamp ON observations(layer, stamp);
+CREATE INDEX obs_text_stamp ON observations(text_id, stamp);
+CREATE INDEX obs_episode ON observations(episode_id, stamp) WHERE episode_id IS NOT NULL;
+CREATE INDEX obs_gist ON observations(gist_id) WHERE gist_id IS NOT NULL;
+CREATE INDEX obs_long_term ON observations(tier_since) WHERE tier = 'long_term';
+
+CREATE TABLE places(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    text_id INTEGER NOT NULL REFERENCES texts(id),
+    layer TEXT NOT NULL,
+    cx INTEGER NOT NULL, cy INTEGER NOT NULL, cz INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    sx REAL NOT NULL, sy REAL NOT NULL, sz REAL NOT NULL,
+    first_stamp REAL NOT NULL,
+    last_stamp REAL NOT NULL,
+    last_obs_id INTEGER NOT NULL,
+    UNIQUE(text_id, layer, cx, cy, cz)
+);
+CREATE INDEX places_text ON places(text_id);
+
+CREATE TABLE gists(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    text TEXT NOT NULL,
+    cx REAL, cy REAL, cz REAL,
+    radius REAL NOT NULL DEFAULT 0,
+    time_start REAL NOT NULL,
+    time_end REAL NOT NULL,
+    source_count INTEGER NOT NULL,
+    layers TEXT NOT NULL DEFAULT '[]',
+    episode_id INTEGER REFERENCES episodes(id),
+    created_at REAL NOT NULL,
+    metadata TEXT,
+    embedding BLOB
+);
+CREATE INDEX gists_time ON gists(time_end, time_start);
+CREATE INDEX gists_episode ON gists(episode_id) WHERE episode_id IS NOT NULL;
+CREATE VIRTUAL TABLE gists_fts USING fts5(text, content='gists', content_rowid='id',
+    tokenize='porter unicode61');
+
+CREATE TABLE entities(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    entity_type TEXT,
+    x REAL, y REAL, z REAL,
+    spread REAL NOT NULL DEFAULT 0,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    sightings INTEGER NOT NULL DEFAULT 1,
+    confidence REAL NOT NULL DEFAULT 1.0,
+    layer TEXT NOT NULL DEFAULT 'default',
+    metadata TEXT,
+    embedding BLOB
+);
+CREATE INDEX entities_name ON entities(name);
+CREATE INDEX entities_type ON entities(entity_type);
+CREATE INDEX entities_last_seen ON entities(last_seen);
+
+CREATE TABLE edges(
+    kind TEXT NOT NULL,
+    src TEXT NOT NULL,
+    dst TEXT NOT NULL,
+    weight REAL NOT NULL DEFAULT 1,
+    updated REAL NOT NULL,
+    PRIMARY KEY(kind, src, dst)
+) WITHOUT ROWID;
+CREATE INDEX edges_dst ON edges(kind, dst);
+"""
+
+# version -> SQL that brings a file from version-1 to version.
+MIGRATIONS: dict[int, str] = {1: SCHEMA_V1}
+LATEST = max(MIGRATIONS)
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+    ).fetchone()
+    if not has_meta:
+        return 0
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the file to LATEST, one transaction per step; refuse newer files."""
+    version = current_version(conn)
+    if version > LATEST:
+        raise StoreError(
+            f"this memory file has schema version {version}, newer than this emem_ros "
+            f"understands ({LATEST}); upgrade emem_ros to open it"
+        )
+    while version < LATEST:
+        version += 1
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(MIGRATIONS[version]):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)", (str(version),)
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+                (f"migrated_to_{version}_at", repr(time.time())),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return version
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script into statements (our DDL has no ';' inside literals)."""
+    parts, buffer = [], []
+    for line in script.splitlines():
+        buffer.append(line)
+        candidate = "\n".join(buffer)
+        if line.rstrip().endswith(";") and sqlite3.complete_statement(candidate):
+            parts.append(candidate.strip())
+            buffer = []
+    if "\n".join(buffer).strip():
+        parts.append("\n".join(buffer).strip())
+    return parts

@@ -1,0 +1,1 @@
+"""The ten retrieval tools, the write actions, and the LLM tool-calling surface."""
