@@ -46,9 +46,11 @@ def parse_time(value: TimeLike, now: float) -> Optional[float]:
     if text == "now":
         return now
     try:
-        return _finite(float(text), value)
+        number = float(text)
     except ValueError:
-        pass
+        number = None
+    if number is not None:
+        return _finite(number, value)
     match = _SHORT.match(text)
     if match:
         sign, amount, unit = match.groups()

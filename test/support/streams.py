@@ -1,0 +1,33 @@
+"""Small deterministic robot streams for tests."""
+
+from __future__ import annotations
+
+import math
+import random
+
+LABELS = ["chair", "table", "red mug", "refrigerator", "sofa", "tv", "potted plant", "laptop", "door"]
+SCENES = [
+    "a kitchen with a red mug on the table",
+    "a living room with a sofa facing the tv",
+    "a hallway with a closed door",
+]
+
+
+def patrol(memory, n: int, start: float = 1_000_000.0, seed: int = 7) -> list[str]:
+    """Add n observations along a circular patrol; returns their ids."""
+    rng = random.Random(seed)
+    ids = []
+    for i in range(n):
+        angle = i / 200.0
+        x, y = 5.0 * math.cos(angle), 5.0 * math.sin(angle)
+        if i % 20 == 0:
+            ids.append(memory.add_body_state(f"battery {100 - i * 50 // n}%", "battery",
+                                             x=x, y=y, timestamp=start + i, value=1 - i / (2 * n)))
+        elif i % 7 == 0:
+            ids.append(memory.add(rng.choice(SCENES), x=x, y=y, timestamp=start + i, layer_name="scene",
+                                  source_type="perception"))
+        else:
+            ids.append(memory.add(rng.choice(LABELS), x=x, y=y, timestamp=start + i,
+                                  layer_name="detections", source_type="perception",
+                                  confidence=0.5 + rng.random() / 2))
+    return ids
