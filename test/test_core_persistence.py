@@ -16,25 +16,7 @@ import pytest
 from emem_ros import Memory, MemoryConfig
 from emem_ros.core.errors import EmbeddingMismatchError, StoreError
 from emem_ros.embeddings import HashingEmbeddingProvider
-from test.support.streams import patrol
-
-QUERIES = ["red mug", "sofa tv", "door", "kitchen table"]
-
-
-def answers(memory: Memory) -> dict:
-    """What a planner would see: semantic, spatial and temporal answers."""
-    out = {}
-    for q in QUERIES:
-        labels, sims = memory.store.vectors["texts"].search(memory.embed_query(q), 3)
-        out[("semantic", q)] = [(int(l), round(float(s), 5)) for l, s in zip(labels, sims)]
-    for center in [(5.0, 0.0, 0.0), (0.0, 5.0, 0.0), (-5.0, 0.0, 0.0)]:
-        places = memory.store.places_within(center, 1.5)
-        out[("spatial", center)] = sorted((p.text, p.count, p.last_obs_id) for p in places)
-    recent = memory.store.query_observations("o.stamp >= ?", (1_000_000.0 + 300,), "o.stamp", 50)
-    out["temporal"] = [(o.id, o.text, o.position) for o in recent]
-    out["counts"] = memory.store.counts()
-    return out
-
+from test.support.streams import answers, patrol
 
 def open_memory(path: Path, **overrides) -> Memory:
     settings = {"flush_interval": 0.0, "index_save_interval": 0.0}

@@ -73,6 +73,14 @@ class MemoryConfig:
     hnsw_max_elements: int = 10_000
     """Initial capacity; the index grows by doubling."""
 
+    # Operation log (the source of truth every index can be rebuilt from)
+    log_enabled: bool = True
+    """Append every write transaction to ``<db>.log/`` before SQLite commits it."""
+    log_segment_bytes: int = 64 * 1024 * 1024
+    """Segment size; whole old segments are pruned only behind a checkpoint."""
+    log_keep_segments: int = 0
+    """Retention: keep this many segments behind a checkpoint (0 = keep the whole log)."""
+
     # Default frame for positions given without one.
     frame_id: str = "map"
 
@@ -82,9 +90,10 @@ class MemoryConfig:
             "consolidation_window", "consolidation_spatial_eps", "consolidation_min_samples",
             "consolidation_time_gap", "consolidation_max_extent", "consolidation_max_size",
             "entity_spatial_radius", "recency_halflife", "hnsw_ef_construction", "hnsw_m",
-            "hnsw_ef_search", "hnsw_max_elements", "embedding_cache_size",
+            "hnsw_ef_search", "hnsw_max_elements", "embedding_cache_size", "log_segment_bytes",
         )
-        non_negative = ("flush_interval", "index_save_interval", "archive_after_seconds", "recency_weight")
+        non_negative = ("flush_interval", "index_save_interval", "archive_after_seconds", "recency_weight",
+                        "log_keep_segments")
         for name in positive:
             value = getattr(self, name)
             if not _is_number(value) or value <= 0:

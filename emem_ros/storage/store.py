@@ -41,6 +41,7 @@ from emem_ros.core.types import (
 from emem_ros.indexes.spatial_index import SpatialIndex
 from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
+from emem_ros.storage.oplog import OpLog, RecordingConnection, apply_record
 from emem_ros.storage.schema import migrate
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ class MemoryStore:
         self.path = Path(config.db_path)
         check_db_path(self.path)
         self.index_dir = self.path.with_name(self.path.name + ".idx")
+        self.log_dir = self.path.with_name(self.path.name + ".log")
+        self.redone = 0
         self.cell_size = 0.5
         self._write_lock = threading.RLock()
         self._local = threading.local()
@@ -161,8 +164,12 @@ class MemoryStore:
         self._closed = False
         self._text_cache = _TextCache(config.embedding_cache_size)
         self._conn = self._connect()
+        self.oplog: Optional[OpLog] = None
         try:
             migrate(self._conn)
+            if config.log_enabled:
+                self.oplog = OpLog(self.log_dir, config.log_segment_bytes)
+                self.redone = self._redo_from_log()
             self.needs_reembed = self._check_model()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
@@ -215,18 +222,62 @@ class MemoryStore:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction under the writer lock; rolls back on any error."""
+        """One write transaction under the writer lock; rolls back on any error.
+
+        With the operation log on, the transaction's statements are appended to
+        the log before COMMIT, and its sequence number is committed with it.
+        """
         with self._write_lock:
             if self._closed:
                 raise StoreError("the memory is closed")
             self._conn.execute("BEGIN IMMEDIATE")
+            conn = RecordingConnection(self._conn) if self.oplog is not None else self._conn
             try:
-                yield self._conn
+                yield conn
+                if self.oplog is not None and conn.statements:
+                    seq, offset = self.oplog.append(conn.statements)
+                    try:
+                        self._conn.execute(
+                            "INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)", (str(seq),))
+                        self._conn.execute("COMMIT")
+                    except BaseException:
+                        self.oplog.undo_append(seq, offset)
+                        raise
+                else:
+                    self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _redo_from_log(self) -> int:
+        """Apply log records SQLite had not committed when the process died."""
+        assert self.oplog is not None
+        row = self._conn.execute("SELECT value FROM meta WHERE key='log_seq'").fetchone()
+        db_seq = int(row[0]) if row else 0
+        if self.oplog.last_seq < db_seq:
+            has_data = self._conn.execute("SELECT 1 FROM texts LIMIT 1").fetchone()
+            if has_data:
+                log.warning("operation log %s ends at seq %d but the database is at %d; "
+                            "a rebuild can only start from a checkpoint", self.log_dir,
+                            self.oplog.last_seq, db_seq)
+            self.oplog.last_seq = db_seq
+            return 0
+        redone = 0
+        for record in self.oplog.records(after=db_seq):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                apply_record(self._conn, record)
+                self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                                   (str(record.seq),))
+                self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-            else:
-                self._conn.execute("COMMIT")
+            redone += 1
+        if redone:
+            log.warning("replayed %d transaction(s) from the operation log after an unclean stop", redone)
+        return redone
 
     @property
     def write_lock(self) -> threading.RLock:
@@ -356,6 +407,36 @@ class MemoryStore:
     def cell_of(self, position: Position) -> tuple[int, int, int]:
         s = self.cell_size
         return (math.floor(position[0] / s), math.floor(position[1] / s), math.floor(position[2] / s))
+
+    def checkpoint_log(self) -> Optional[int]:
+        """Write a consistent base copy of the file and prune log segments behind it.
+
+        Retention (``log_keep_segments`` > 0) may only drop what a base covers,
+        so a rebuild still has everything it needs.
+        """
+        if self.oplog is None:
+            return None
+        with self._write_lock:
+            seq = self.oplog.last_seq
+            final = self.log_dir / f"base-{seq:012d}.db"
+            temp = self.log_dir / f".base-{seq:012d}.db.tmp"
+            target = sqlite3.connect(str(temp))
+            try:
+                self._conn.backup(target)
+            finally:
+                target.close()
+            os.replace(temp, final)
+            self.oplog.sync()
+        for old in self.log_dir.glob("base-*.db"):
+            if old != final:
+                old.unlink()
+        keep = self.config.log_keep_segments
+        if keep > 0:
+            segments = self.oplog.segments()
+            if len(segments) > keep:
+                cutoff = segments[-keep][0] - 1
+                self.oplog.prune(min(cutoff, seq))
+        return seq
 
     def save_indexes(self) -> None:
         """Snapshot every derived index atomically (cheap when nothing changed)."""
@@ -824,6 +905,8 @@ class MemoryStore:
                 except sqlite3.Error:
                     pass
                 self._conn.close()
+                if self.oplog is not None:
+                    self.oplog.close()
                 with self._readers_lock:
                     for conn in self._readers:
                         try:

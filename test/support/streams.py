@@ -31,3 +31,23 @@ def patrol(memory, n: int, start: float = 1_000_000.0, seed: int = 7) -> list[st
                                   layer_name="detections", source_type="perception",
                                   confidence=0.5 + rng.random() / 2))
     return ids
+
+
+QUERIES = ["red mug", "sofa tv", "door", "kitchen table"]
+
+
+def answers(memory) -> dict:
+    """What a planner would see: semantic, spatial and temporal answers."""
+    out = {}
+    for q in QUERIES:
+        labels, sims = memory.store.vectors["texts"].search(memory.embed_query(q), 3)
+        out[("semantic", q)] = [(int(l), round(float(s), 5)) for l, s in zip(labels, sims)]
+    for center in [(5.0, 0.0, 0.0), (0.0, 5.0, 0.0), (-5.0, 0.0, 0.0)]:
+        places = memory.store.places_within(center, 1.5)
+        out[("spatial", center)] = sorted((p.text, p.count, p.last_obs_id) for p in places)
+    recent = memory.store.query_observations("o.stamp >= ?", (1_000_000.0 + 300,), "o.stamp", 50)
+    out["temporal"] = [(o.id, o.text, o.position) for o in recent]
+    out["counts"] = memory.store.counts()
+    return out
+
+

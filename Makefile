@@ -1,0 +1,44 @@
+# Two commands for a fresh machine:
+#   make demo   set up .venv, replay the bundled patrol bag into a memory, ask it a question
+#   make test   set up .venv and run the test suite (what .ci/run calls)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.emem-installed
+DEMO_DIR ?= out/demo
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: venv demo test bench bags clean
+
+$(STAMP): setup.cfg setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# CPU torch first: an unpinned torch (pulled in by sentence-transformers) is a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[all,test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(BIN)/emem replay rosbags/patrol_db3 --params config/memory.yaml --db $(DEMO_DIR)/memory.db
+	$(BIN)/emem query $(DEMO_DIR)/memory.db locate concept="red mug"
+	$(BIN)/emem query $(DEMO_DIR)/memory.db body_status
+	$(BIN)/emem map $(DEMO_DIR)/memory.db -o $(DEMO_DIR)/map.png
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/bench_ingest.py --quick
+	$(BIN)/python bench/bench_tools.py --quick
+	$(BIN)/python bench/bench_consolidation.py --quick
+
+bags: $(STAMP)
+	$(BIN)/python rosbags/generate.py --out rosbags
+
+clean:
+	rm -rf $(VENV) out build *.egg-info
