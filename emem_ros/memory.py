@@ -73,6 +73,8 @@ class Memory(ToolsMixin, ConsolidationMixin):
         self._episode_lock = threading.RLock()
         self._episodes: list[int] = self._resume_active_episodes()
         self._episode_end_hooks: list[EpisodeHook] = []
+        self._ledger = None
+        self._ledger_lock = threading.Lock()
         self._closed = False
         self.last_write: Optional[WriteReport] = None
         self.stats = {"flushes": 0, "observations_written": 0, "texts_embedded": 0}
@@ -322,6 +324,24 @@ class Memory(ToolsMixin, ConsolidationMixin):
             raise InvalidInputError(f"{episode_id} is not an episode id (those look like 'ep-3')")
         return number
 
+    # ------------------------------------------------------------------ experiences
+    @property
+    def ledger(self):
+        """The experience ledger (created on first use: most robots never need it)."""
+        with self._ledger_lock:
+            if self._ledger is None:
+                from emem_ros.agent.ledger import ExperienceLedger
+
+                self._check_open()
+                self._ledger = ExperienceLedger(self, embed_interval=0.5 if self.config.flush_interval > 0 else 0.0)
+            return self._ledger
+
+    def record_experience(self, goal: str, action: str = "", result: str = "", reflection: str = "",
+                          success: Optional[bool] = None, **kwargs: Any) -> str:
+        """Append an immutable experience; returns its content id (SHA-256)."""
+        self._check_open()
+        return self.ledger.record(goal, action, result, reflection, success, **kwargs)
+
     # ------------------------------------------------------------------ lifecycle
     def save(self) -> None:
         self.flush()
@@ -332,6 +352,8 @@ class Memory(ToolsMixin, ConsolidationMixin):
         if self._closed:
             return
         self._close_consolidation()
+        if self._ledger is not None:
+            self._ledger.close()
         self._closed = True
         self._wm.stop()
         if self._index_saver is not None:

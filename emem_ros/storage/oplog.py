@@ -104,8 +104,8 @@ class OpLog:
             if handle.read(len(MAGIC)) != MAGIC:
                 good_end = 0
             else:
-                for record, end in _scan(handle, tolerate_tail=True):
-                    last, good_end = record.seq, end
+                for seq, _payload, end in _scan(handle, tolerate_tail=True):
+                    last, good_end = seq, end
         size = path.stat().st_size
         if size > good_end:
             self.torn_bytes_cut = size - good_end
@@ -183,9 +183,13 @@ class OpLog:
             with open(path, "rb") as handle:
                 if handle.read(len(MAGIC)) != MAGIC:
                     raise LogCorruptError(f"{path} is not an emem operation log segment")
-                for record, _ in _scan(handle, tolerate_tail=next_first is None):
-                    if record.seq > after:
-                        yield record
+                for seq, payload, _ in _scan(handle, tolerate_tail=next_first is None):
+                    if seq > after:
+                        try:
+                            statements = decode(payload)
+                        except (ValueError, zlib.error) as exc:
+                            raise LogCorruptError(f"record seq {seq} in {path.name} cannot be decoded: {exc}") from exc
+                        yield Record(seq, statements)
 
     def prune(self, upto_seq: int) -> int:
         """Delete whole segments holding only records <= upto_seq; returns how many."""
@@ -201,7 +205,8 @@ class OpLog:
         return sum(p.stat().st_size for _, p in self.segments())
 
 
-def _scan(handle, tolerate_tail: bool) -> Iterator[tuple[Record, int]]:
+def _scan(handle, tolerate_tail: bool) -> Iterator[tuple[int, bytes, int]]:
+    """(seq, payload, end offset) of each record whose checksum holds."""
     while True:
         start = handle.tell()
         header = handle.read(FRAME.size)
@@ -218,13 +223,7 @@ def _scan(handle, tolerate_tail: bool) -> Iterator[tuple[Record, int]]:
                 # Damage at the very end is a torn append; anything after it is lost with it.
                 return
             raise LogCorruptError(f"record seq {seq} at byte {start} fails its checksum")
-        try:
-            statements = decode(payload)
-        except (ValueError, zlib.error) as exc:
-            if tolerate_tail:
-                return
-            raise LogCorruptError(f"record seq {seq} cannot be decoded: {exc}") from exc
-        yield Record(seq, statements), handle.tell()
+        yield seq, payload, handle.tell()
 
 
 class RecordingConnection:

@@ -131,8 +131,44 @@ CREATE TABLE edges(
 CREATE INDEX edges_dst ON edges(kind, dst);
 """
 
+# v2: the experience ledger. Records are immutable: SQLite itself refuses to
+# change their content or delete them; only the derived embedding may be set.
+SCHEMA_V2 = """
+CREATE TABLE experiences(
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    goal TEXT NOT NULL,
+    action TEXT NOT NULL DEFAULT '',
+    result TEXT NOT NULL DEFAULT '',
+    reflection TEXT NOT NULL DEFAULT '',
+    success INTEGER,
+    tags TEXT NOT NULL DEFAULT '[]',
+    metadata TEXT,
+    stamp REAL NOT NULL,
+    episode_id INTEGER,
+    x REAL, y REAL, z REAL,
+    supersedes TEXT,
+    embedding BLOB
+);
+CREATE INDEX experiences_stamp ON experiences(stamp);
+CREATE INDEX experiences_episode ON experiences(episode_id) WHERE episode_id IS NOT NULL;
+CREATE INDEX experiences_success ON experiences(success, stamp);
+CREATE INDEX experiences_supersedes ON experiences(supersedes) WHERE supersedes IS NOT NULL;
+CREATE VIRTUAL TABLE experiences_fts USING fts5(goal, action, result, reflection, tags,
+    content='experiences', content_rowid='n', tokenize='porter unicode61');
+CREATE TRIGGER experiences_immutable BEFORE UPDATE OF id, goal, action, result, reflection, success,
+    tags, metadata, stamp, episode_id, x, y, z, supersedes ON experiences
+BEGIN
+    SELECT RAISE(ABORT, 'experience records are immutable; record a correction that supersedes it');
+END;
+CREATE TRIGGER experiences_append_only BEFORE DELETE ON experiences
+BEGIN
+    SELECT RAISE(ABORT, 'experience records are append-only and cannot be deleted');
+END;
+"""
+
 # version -> SQL that brings a file from version-1 to version.
-MIGRATIONS: dict[int, str] = {1: SCHEMA_V1}
+MIGRATIONS: dict[int, str] = {1: SCHEMA_V1, 2: SCHEMA_V2}
 LATEST = max(MIGRATIONS)
 
 

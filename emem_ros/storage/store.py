@@ -48,8 +48,16 @@ log = logging.getLogger(__name__)
 
 EmbedFn = Callable[[list[str]], np.ndarray]
 
-# Vector indexes by name: which table holds the vectors.
-VECTOR_TABLES = {"texts": "texts", "gists": "gists", "entities": "entities", "episodes": "episodes"}
+# Vector indexes by name: (table holding the vectors, integer label column,
+# SQL expression of the text the vector encodes).
+VECTOR_TABLES = {
+    "texts": ("texts", "id", "text"),
+    "gists": ("gists", "id", "text"),
+    "entities": ("entities", "id", "name"),
+    "episodes": ("episodes", "id", "COALESCE(NULLIF(summary, ''), name)"),
+    "experiences": ("experiences", "n",
+                    "goal || ' ' || action || ' ' || result || ' ' || reflection"),
+}
 
 OBSERVATION_COLUMNS = (
     "o.id, t.text, o.stamp, o.layer, o.source_type, o.x, o.y, o.z, o.frame_id, o.confidence, "
@@ -324,19 +332,16 @@ class MemoryStore:
         """Replace every stored vector with the current model's; then rebuild indexes."""
         done = 0
         with self._write_lock:
-            for table in VECTOR_TABLES.values():
-                column = "text" if table in ("texts", "gists") else "name"
-                if table == "episodes":
-                    column = "COALESCE(NULLIF(summary, ''), name)"
+            for table, label, column in VECTOR_TABLES.values():
                 rows = self._conn.execute(
-                    f"SELECT id, {column} FROM {table} WHERE embedding IS NOT NULL"
+                    f"SELECT {label}, {column} FROM {table} WHERE embedding IS NOT NULL"
                 ).fetchall()
                 for start in range(0, len(rows), batch):
                     chunk = rows[start : start + batch]
                     vectors = embed([r[1] for r in chunk])
                     with self.write() as conn:
                         conn.executemany(
-                            f"UPDATE {table} SET embedding=? WHERE id=?",
+                            f"UPDATE {table} SET embedding=? WHERE {label}=?",
                             [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, chunk)],
                         )
                     done += len(chunk)
@@ -355,14 +360,15 @@ class MemoryStore:
     def _open_indexes(self) -> None:
         started = time.perf_counter()
         report: dict[str, Any] = {}
-        for name, table in VECTOR_TABLES.items():
+        for name, (table, label, _) in VECTOR_TABLES.items():
             index = self.vectors[name]
-            expected = self._ids(f"SELECT id FROM {table} WHERE embedding IS NOT NULL ORDER BY id")
+            expected = self._ids(f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")
             top = int(expected[-1]) if len(expected) else 0
             loaded = index.load(self.index_dir, top)
             if not loaded and len(expected):
                 log.info("%s: no usable snapshot, rebuilding %d vectors from SQLite", name, len(expected))
-            missing, extra = index.reconcile(expected, lambda ids, t=table: self._fetch_vectors(t, ids))
+            missing, extra = index.reconcile(
+                expected, lambda ids, t=table, c=label: self._fetch_vectors(t, ids, c))
             report[name] = {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(index)}
         expected = self._ids("SELECT id FROM places ORDER BY id")
         top = int(expected[-1]) if len(expected) else 0
@@ -376,14 +382,14 @@ class MemoryStore:
         rows = self._conn.execute(sql).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
-    def _fetch_vectors(self, table: str, ids: np.ndarray) -> np.ndarray:
+    def _fetch_vectors(self, table: str, ids: np.ndarray, label: str = "id") -> np.ndarray:
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         position = {int(i): n for n, i in enumerate(ids.tolist())}
         for start in range(0, len(ids), 900):
             chunk = ids[start : start + 900].tolist()
             marks = ",".join("?" * len(chunk))
             for row_id, blob in self._conn.execute(
-                f"SELECT id, embedding FROM {table} WHERE id IN ({marks})", chunk
+                f"SELECT {label}, embedding FROM {table} WHERE {label} IN ({marks})", chunk
             ):
                 out[position[row_id]] = codec.blob_to_vector(blob, self.dim)
         return out

@@ -1,0 +1,1 @@
+"""The agent-facing core: experience ledger, query cache, stats, export/import, MCP."""

@@ -1,0 +1,391 @@
+"""The experience ledger: what a planner meant, did, got and learned.
+
+Records are immutable and content-addressed: the id is the SHA-256 of the
+record's canonical JSON, so the same experience has the same id in any
+process, and recording it twice is a no-op. A correction is a new record
+that ``supersedes`` the old one; SQLite triggers refuse updates and deletes.
+The vector is derived (not part of the content) and is filled in by a
+background embedder, so recording costs one small transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+
+from emem_ros.core.errors import InvalidInputError, UnknownNodeError
+from emem_ros.core.periodic import PeriodicThread
+from emem_ros.core.types import NodeKind, Position, finite_position, make_id
+from emem_ros.storage import codec
+
+if TYPE_CHECKING:
+    from emem_ros.memory import Memory
+
+log = logging.getLogger(__name__)
+
+MAX_FIELD = 8192
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Experience:
+    id: str
+    goal: str
+    action: str = ""
+    result: str = ""
+    reflection: str = ""
+    success: Optional[bool] = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    stamp: float = 0.0
+    episode_id: Optional[str] = None
+    position: Optional[Position] = None
+    supersedes: Optional[str] = None
+
+    def line(self) -> str:
+        outcome = {True: "succeeded", False: "failed", None: "outcome unknown"}[self.success]
+        parts = [f"[{self.id[:12]}] goal: {self.goal}"]
+        if self.action:
+            parts.append(f"did: {self.action}")
+        if self.result:
+            parts.append(f"result: {self.result}")
+        parts.append(outcome)
+        if self.reflection:
+            parts.append(f"learned: {self.reflection}")
+        if self.supersedes:
+            parts.append(f"(corrects {self.supersedes[:12]})")
+        return "; ".join(parts)
+
+
+def canonical_content(fields: dict[str, Any]) -> str:
+    """The exact bytes the id is computed from: sorted keys, no whitespace."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def content_id(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_content(fields).encode("utf-8")).hexdigest()
+
+
+_COLUMNS = "n, id, goal, action, result, reflection, success, tags, metadata, stamp, episode_id, x, y, z, supersedes"
+
+
+def _from_row(row: Sequence[Any]) -> Experience:
+    (_, eid, goal, action, result, reflection, success, tags, metadata, stamp, episode, x, y, z,
+     supersedes) = row
+    return Experience(
+        id=eid, goal=goal, action=action, result=result, reflection=reflection,
+        success=None if success is None else bool(success), tags=tuple(json.loads(tags)),
+        metadata=codec.loads(metadata), stamp=stamp,
+        episode_id=make_id(NodeKind.EPISODE, episode) if episode is not None else None,
+        position=(x, y, z) if x is not None else None, supersedes=supersedes,
+    )
+
+
+class ExperienceLedger:
+    def __init__(self, memory: "Memory", embed_interval: float = 0.5) -> None:
+        self._memory = memory
+        self._store = memory.store
+        self._embed_lock = threading.Lock()
+        self._embedder: Optional[PeriodicThread] = None
+        if embed_interval > 0:
+            self._embedder = PeriodicThread("emem-ledger-embed", embed_interval, self.embed_pending).start()
+
+    # -- writing ---------------------------------------------------------
+    def record(
+        self,
+        goal: str,
+        action: str = "",
+        result: str = "",
+        reflection: str = "",
+        success: Optional[bool] = None,
+        tags: Sequence[str] = (),
+        metadata: Optional[dict[str, Any]] = None,
+        timestamp: Optional[float] = None,
+        episode_id: Optional[str] = None,
+        x: Optional[float] = None,
+        y: Optional[float] = None,
+        z: Optional[float] = 0.0,
+        supersedes: Optional[str] = None,
+    ) -> str:
+        """Append a record; returns its content id (the same id if it already exists)."""
+        goal = _text("goal", goal, required=True)
+        fields = {
+            "goal": goal,
+            "action": _text("action", action),
+            "result": _text("result", result),
+            "reflection": _text("reflection", reflection),
+            "success": _success(success),
+            "tags": sorted({_tag(t) for t in _tag_list(tags)}),
+            "metadata": _metadata(metadata),
+            "stamp": _stamp(timestamp, self._memory.now()),
+            "episode": self._episode(episode_id),
+            "position": list(finite_position(x, y, z)) if x is not None or y is not None else None,
+            "supersedes": self._existing(supersedes) if supersedes else None,
+        }
+        record_id = content_id(fields)
+        position = fields["position"] or (None, None, None)
+        episode_number = int(fields["episode"].split("-")[1]) if fields["episode"] else None
+        with self._store.write() as conn:
+            conn.execute(
+                "INSERT INTO experiences(id, goal, action, result, reflection, success, tags, metadata,"
+                " stamp, episode_id, x, y, z, supersedes) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(id) DO NOTHING",
+                (record_id, fields["goal"], fields["action"], fields["result"], fields["reflection"],
+                 None if fields["success"] is None else int(fields["success"]),
+                 json.dumps(fields["tags"]), codec.dumps(fields["metadata"]), fields["stamp"],
+                 episode_number, *position, fields["supersedes"]),
+            )
+            row = conn.execute("SELECT n FROM experiences WHERE id=?", (record_id,)).fetchone()
+            conn.execute(
+                "INSERT INTO experiences_fts(rowid, goal, action, result, reflection, tags)"
+                " SELECT n, goal, action, result, reflection, tags FROM experiences"
+                " WHERE n=? AND NOT EXISTS (SELECT 1 FROM experiences_fts WHERE rowid=?)",
+                (row[0], row[0]),
+            )
+        if self._embedder is not None:
+            self._embedder.poke()
+        return record_id
+
+    def correct(self, record_id: str, **changes: Any) -> str:
+        """A new record that supersedes ``record_id``, with the given fields changed."""
+        old = self.get(record_id)
+        values = {
+            "goal": old.goal, "action": old.action, "result": old.result, "reflection": old.reflection,
+            "success": old.success, "tags": old.tags, "metadata": old.metadata, "episode_id": old.episode_id,
+        }
+        if old.position is not None:
+            values.update(x=old.position[0], y=old.position[1], z=old.position[2])
+        unknown = set(changes) - set(values) - {"x", "y", "z", "timestamp"}
+        if unknown:
+            raise InvalidInputError(f"cannot correct unknown field(s): {', '.join(sorted(unknown))}")
+        values.update(changes)
+        return self.record(**values, supersedes=record_id)
+
+    def embed_pending(self, batch: int = 256) -> int:
+        """Give vectors to records that lack one (background; never on the caller's path)."""
+        done = 0
+        with self._embed_lock:
+            while True:
+                rows = self._store.reader().execute(
+                    "SELECT n, goal || ' ' || action || ' ' || result || ' ' || reflection FROM experiences"
+                    " WHERE embedding IS NULL ORDER BY n LIMIT ?", (batch,)).fetchall()
+                if not rows:
+                    return done
+                vectors = self._memory._embed_texts([r[1] for r in rows])
+                with self._store.write() as conn:
+                    conn.executemany("UPDATE experiences SET embedding=? WHERE n=?",
+                                     [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, rows)])
+                self._store.vectors["experiences"].add(np.array([r[0] for r in rows]), vectors)
+                done += len(rows)
+
+    # -- reading ---------------------------------------------------------
+    def get(self, record_id: str) -> Experience:
+        row = self._store.reader().execute(
+            f"SELECT {_COLUMNS} FROM experiences WHERE id=?", (str(record_id),)).fetchone()
+        if row is None:
+            raise UnknownNodeError(f"no experience {record_id} in this memory")
+        return _from_row(row)
+
+    def find(
+        self,
+        query: Optional[str] = None,
+        success: Optional[bool] = None,
+        tags: Sequence[str] = (),
+        time_after: Any = None,
+        time_before: Any = None,
+        episode_id: Optional[str] = None,
+        near_x: Optional[float] = None,
+        near_y: Optional[float] = None,
+        radius: Optional[float] = None,
+        n_results: int = 10,
+        include_superseded: bool = False,
+    ) -> list[tuple[Experience, float]]:
+        """Filter in SQL, then rank by meaning (vector + keyword, fused) if a query is given."""
+        where, params = ["1"], []
+        if success is not None:
+            where.append("e.success = ?")
+            params.append(int(_success(success)))
+        for tag in _tag_list(tags):
+            where.append("EXISTS (SELECT 1 FROM json_each(e.tags) WHERE json_each.value = ?)")
+            params.append(_tag(tag))
+        after, before = self._memory.resolve_time(time_after), self._memory.resolve_time(time_before)
+        if after is not None:
+            where.append("e.stamp >= ?")
+            params.append(after)
+        if before is not None:
+            where.append("e.stamp <= ?")
+            params.append(before)
+        if episode_id:
+            where.append("e.episode_id = ?")
+            params.append(int(self._episode(episode_id).split("-")[1]))
+        if near_x is not None or near_y is not None:
+            center = finite_position(near_x, near_y, 0.0)
+            r = float(radius if radius is not None else 5.0)
+            where.append("e.x BETWEEN ? AND ? AND e.y BETWEEN ? AND ?"
+                         " AND (e.x - ?) * (e.x - ?) + (e.y - ?) * (e.y - ?) <= ?")
+            params += [center[0] - r, center[0] + r, center[1] - r, center[1] + r,
+                       center[0], center[0], center[1], center[1], r * r]
+        if not include_superseded:
+            where.append("NOT EXISTS (SELECT 1 FROM experiences c WHERE c.supersedes = e.id)")
+        condition = " AND ".join(where)
+        n_results = max(1, int(n_results))
+        conn = self._store.reader()
+        if not query:
+            rows = conn.execute(f"SELECT {_prefixed()} FROM experiences e WHERE {condition}"
+                                " ORDER BY e.stamp DESC LIMIT ?", (*params, n_results)).fetchall()
+            return [(_from_row(r), 1.0) for r in rows]
+        return self._rank(query, condition, params, n_results)
+
+    def _rank(self, query: str, condition: str, params: list, n: int) -> list[tuple[Experience, float]]:
+        conn = self._store.reader()
+        allowed = np.array([r[0] for r in conn.execute(
+            f"SELECT e.n FROM experiences e WHERE {condition}", params)], dtype=np.int64)
+        if len(allowed) == 0:
+            return []
+        ranks: dict[int, float] = {}
+        vector = self._memory.embed_query(query)
+        index = self._store.vectors["experiences"]
+        if len(allowed) <= 4096:
+            vectors = _stored_vectors(conn, allowed, self._store.dim)
+            sims = vectors @ vector
+            order = np.argsort(-sims)[: n * 4]
+            vector_hits = [(int(allowed[i]), float(sims[i])) for i in order if sims[i] > 0]
+        else:
+            allowed_set = set(allowed.tolist())
+            labels, sims = index.search(vector, n * 4, allowed=lambda label: label in allowed_set)
+            vector_hits = list(zip(labels.tolist(), sims.tolist()))
+        floor = self._memory.config.similarity_floor
+        for rank, (label, sim) in enumerate(h for h in vector_hits if h[1] >= floor):
+            ranks[label] = ranks.get(label, 0.0) + 1.0 / (RRF_K + rank + 1)
+        match = _fts_query(query)
+        if match:
+            keyword = conn.execute(
+                f"SELECT e.n FROM experiences_fts f JOIN experiences e ON e.n = f.rowid"
+                f" WHERE experiences_fts MATCH ? AND {condition} ORDER BY bm25(experiences_fts) LIMIT ?",
+                (match, *params, n * 4)).fetchall()
+            for rank, (label,) in enumerate(keyword):
+                ranks[label] = ranks.get(label, 0.0) + 1.0 / (RRF_K + rank + 1)
+        best = sorted(ranks.items(), key=lambda item: -item[1])[:n]
+        if not best:
+            return []
+        marks = ",".join("?" * len(best))
+        rows = {r[0]: r for r in conn.execute(
+            f"SELECT {_COLUMNS} FROM experiences WHERE n IN ({marks})", [b[0] for b in best])}
+        return [(_from_row(rows[label]), score) for label, score in best if label in rows]
+
+    def count(self) -> int:
+        return self._store.reader().execute("SELECT COUNT(*) FROM experiences").fetchone()[0]
+
+    def success_rate(self) -> Optional[float]:
+        row = self._store.reader().execute(
+            "SELECT AVG(success) FROM experiences WHERE success IS NOT NULL").fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.stop()
+            self._embedder = None
+        try:
+            self.embed_pending()
+        except Exception:
+            log.exception("could not embed pending experiences at close; they are embedded next time")
+
+    # -- helpers -----------------------------------------------------------
+    def _episode(self, episode_id: Optional[str]) -> Optional[str]:
+        if not episode_id:
+            return self._memory.active_episode_id
+        number = self._memory._episode_number(episode_id)
+        self._store.get_episode(number)
+        return make_id(NodeKind.EPISODE, number)
+
+    def _existing(self, record_id: str) -> str:
+        self.get(record_id)
+        return str(record_id)
+
+
+def _prefixed() -> str:
+    return ", ".join(f"e.{c.strip()}" for c in _COLUMNS.split(","))
+
+
+def _stored_vectors(conn, labels: np.ndarray, dim: int) -> np.ndarray:
+    out = np.zeros((len(labels), dim), dtype=np.float32)
+    position = {int(n): i for i, n in enumerate(labels.tolist())}
+    ids = list(position)
+    for start in range(0, len(ids), 900):
+        chunk = ids[start : start + 900]
+        marks = ",".join("?" * len(chunk))
+        for n, blob in conn.execute(
+                f"SELECT n, embedding FROM experiences WHERE n IN ({marks}) AND embedding IS NOT NULL", chunk):
+            out[position[n]] = np.frombuffer(blob, dtype=np.float32)
+    return out
+
+
+def _fts_query(text: str) -> str:
+    import re
+
+    tokens = re.findall(r"\w+", text.lower())
+    return " OR ".join(f'"{t}"' for t in tokens[:32])
+
+
+def _text(name: str, value: Any, required: bool = False) -> str:
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, got {type(value).__name__}")
+    value = value.strip()
+    if required and not value:
+        raise InvalidInputError(f"an experience needs a {name}")
+    if len(value) > MAX_FIELD:
+        raise InvalidInputError(f"{name} is {len(value)} characters, over the limit of {MAX_FIELD}")
+    return value
+
+
+def _success(value: Any) -> Optional[bool]:
+    if value is None or isinstance(value, bool):
+        return value
+    if value in (0, 1):
+        return bool(value)
+    raise InvalidInputError(f"success must be true, false or unset, got {value!r}")
+
+
+def _tag_list(tags: Any) -> list:
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        return [tags]
+    if not isinstance(tags, (list, tuple, set, frozenset)):
+        raise InvalidInputError(f"tags must be a list of strings, got {type(tags).__name__}")
+    return list(tags)
+
+
+def _tag(tag: Any) -> str:
+    if not isinstance(tag, str) or not tag.strip():
+        raise InvalidInputError(f"each tag must be a non-empty string, got {tag!r}")
+    return tag.strip().lower()
+
+
+def _metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise InvalidInputError(f"metadata must be a dict, got {type(metadata).__name__}")
+    try:
+        canonical_content(metadata)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"metadata must be plain JSON (no NaN): {exc}") from exc
+    return metadata
+
+
+def _stamp(timestamp: Any, now: float) -> float:
+    if timestamp is None:
+        return now
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
+        raise InvalidInputError(f"timestamp must be finite epoch seconds, got {timestamp!r}")
+    return float(timestamp)
