@@ -50,12 +50,20 @@ class MemoryConfig:
     """Metres: a cluster wider than this is split, so one gist never swallows a floor."""
     consolidation_max_size: int = 5_000
     consolidation_per_layer: bool = False
+    consolidation_min_dwell: float = 5.0
+    """Seconds the robot must stay away from a place before a new place starts (ignores glances)."""
+    consolidation_close_timeout: float = 10.0
+    """Seconds close() lets queued consolidation finish; the rest resumes on the next open."""
+    maintenance_interval: float = 0.0
+    """Seconds between automatic maintenance runs on the consolidation worker (0 = only on call)."""
 
     # Archival
     archive_after_seconds: float = 3600.0
     """Seconds after promotion to long_term before raw text is archived."""
     archive_retention: str = "keep"
     """'keep' moves archived raw text to the cold store; 'drop' deletes it."""
+    archive_batch_size: int = 5_000
+    """Observations archived per transaction (keeps the writer lock short)."""
 
     # Entities
     entity_similarity_threshold: float = 0.85

@@ -667,6 +667,25 @@ class MemoryStore:
                 out[position[text_id]] = codec.blob_to_vector(blob, self.dim)
         return out
 
+    def place_ids_nearest(self, center: Position, k: int, three_d: bool = False) -> np.ndarray:
+        """Ids of the k places whose cells are nearest to ``center`` (ties add a few; not sorted).
+
+        Horizontal distance unless ``three_d``. Read helper for the retrieval
+        tools: a dense area may hold thousands of places, the nearest few
+        are what a "what is here" answer needs.
+        """
+        cx, cy, cz = center
+        query = (cx, cy, cz, cx, cy, cz) if three_d else (cx, cy, -1e9, cx, cy, 1e9)
+        with self.places._lock:
+            if not len(self.places):
+                return np.empty(0, np.int64)
+            return np.fromiter(self.places._tree.nearest(query, int(k)), dtype=np.int64)
+
+    def count_places_in(self, box: tuple[float, float, float, float, float, float]) -> int:
+        """How many place cells intersect a box, without listing them."""
+        with self.places._lock:
+            return int(self.places._tree.count(box)) if len(self.places) else 0
+
     def places_within(self, center: Position, radius: float, layer: Optional[str] = None) -> list[Place]:
         """Places whose centroid lies within ``radius`` (3-D) of ``center``."""
         cx, cy, cz = center

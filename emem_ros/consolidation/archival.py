@@ -1,0 +1,147 @@
+"""Archival: long-term observations leave the hot graph ``archive_after_seconds`` after promotion.
+
+Age counts from promotion to long_term (``observations.tier_since``, set by
+consolidation with ``memory.now()``), not from the observation's stamp: a
+robot that consolidates yesterday's bag today keeps it hot for the full
+period. Per batch (``archive_batch_size`` rows):
+
+1. the raw rows are appended to the cold store and fsynced (unless
+   ``archive_retention == 'drop'``) — before anything in SQLite changes;
+2. one transaction turns the rows into skeletons (tier 'archived', text_id
+   and metadata NULL; id, stamp, layer, position, episode and gist stay),
+   lowers ``texts.refs``, and deletes each text no hot observation refers to
+   any more, with its FTS entry and its places;
+3. after the commit, still under the writer lock, the text vectors and place
+   boxes go from the derived indexes and the store's text cache forgets the
+   texts (so a later flush of the same string creates a fresh text row).
+
+Gists and entities are untouched: gists stay searchable by vector and FTS.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from emem_ros.consolidation.coldstore import ColdStore
+from emem_ros.consolidation.rows import fetch_rows, in_list
+from emem_ros.core.types import NodeKind, Tier, make_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emem_ros.memory import Memory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ArchiveReport:
+    observations: int = 0
+    texts_removed: int = 0
+    places_removed: int = 0
+    cold_records: int = 0
+    cold_bytes: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+
+
+class Archiver:
+    def __init__(self, memory: "Memory", cold: Optional[ColdStore]) -> None:
+        self.memory = memory
+        self.cold = cold
+
+    def run(self, stop: Optional[threading.Event] = None) -> ArchiveReport:
+        started = time.perf_counter()
+        report = ArchiveReport()
+        memory = self.memory
+        batch = max(1, int(getattr(memory.config, "archive_batch_size", 5000)))
+        keep = memory.config.archive_retention == "keep"
+        while True:
+            if stop is not None and stop.is_set():
+                report.complete = False
+                break
+            now = memory.now()
+            cutoff = now - memory.config.archive_after_seconds
+            rows = fetch_rows(memory.store.reader(), "o.tier = 'long_term' AND o.tier_since <= ?", [cutoff],
+                              order="o.tier_since, o.id", limit=batch)
+            if not rows:
+                break
+            if keep and self.cold is not None:
+                written = self.cold.append(_record(row, now) for row in rows)
+                report.cold_records += written.records
+                report.cold_bytes += written.bytes
+            self._archive(rows, now, report)
+            if len(rows) < batch:
+                break
+        report.seconds = time.perf_counter() - started
+        if report.observations:
+            tools = getattr(memory, "tools", None)  # the tools keep per-text caches: rebuild them
+            if tools is not None and callable(getattr(tools, "invalidate_caches", None)):
+                tools.invalidate_caches()
+            log.info("archived %d observations (%d texts left the hot tables) in %.2f s",
+                     report.observations, report.texts_removed, report.seconds)
+        return report
+
+    def _archive(self, rows: list, now: float, report: ArchiveReport) -> None:
+        store = self.memory.store
+        ids = [r.id for r in rows]
+        refs: dict[int, int] = {}
+        for row in rows:
+            if row.text_id is not None:
+                refs[row.text_id] = refs.get(row.text_id, 0) + 1
+        with store.write_lock:
+            with store.write() as conn:
+                for start in range(0, len(ids), 900):
+                    where, values = in_list("id", ids[start:start + 900])
+                    conn.execute(
+                        f"UPDATE observations SET tier=?, tier_since=?, text_id=NULL, metadata=NULL"
+                        f" WHERE {where} AND tier=?", [Tier.ARCHIVED.value, now, *values, Tier.LONG_TERM.value])
+                conn.executemany("UPDATE texts SET refs = refs - ? WHERE id = ?",
+                                 [(n, tid) for tid, n in refs.items()])
+                dead: list[tuple[int, str]] = []
+                text_ids = list(refs)
+                for start in range(0, len(text_ids), 900):
+                    where, values = in_list("id", text_ids[start:start + 900])
+                    dead += conn.execute(f"SELECT id, text FROM texts WHERE {where} AND refs <= 0", values).fetchall()
+                place_ids: list[int] = []
+                if dead:
+                    conn.executemany("INSERT INTO texts_fts(texts_fts, rowid, text) VALUES('delete', ?, ?)", dead)
+                    dead_ids = [d[0] for d in dead]
+                    for start in range(0, len(dead_ids), 900):
+                        where, values = in_list("text_id", dead_ids[start:start + 900])
+                        place_ids += [r[0] for r in conn.execute(f"SELECT id FROM places WHERE {where}", values)]
+                        conn.execute(f"DELETE FROM places WHERE {where}", values)
+                        where, values = in_list("id", dead_ids[start:start + 900])
+                        conn.execute(f"DELETE FROM texts WHERE {where}", values)
+            # Committed; the derived indexes and the text cache follow under the same lock.
+            if dead:
+                store.vectors["texts"].remove([d[0] for d in dead])
+                cache = getattr(store, "_text_cache", None)
+                if cache is not None:
+                    for _, text in dead:
+                        cache.discard(text)
+            if place_ids:
+                store.places.delete(place_ids)
+        report.observations += len(ids)
+        report.texts_removed += len(dead)
+        report.places_removed += len(place_ids)
+
+
+def _record(row: Any, archived_at: float) -> dict[str, Any]:
+    return {
+        "id": make_id(NodeKind.OBSERVATION, row.id),
+        "stamp": row.stamp,
+        "layer": row.layer,
+        "source_type": row.source_type,
+        "position": [row.x, row.y, row.z] if row.x is not None else None,
+        "frame_id": row.frame_id,
+        "text": row.text,
+        "confidence": row.confidence,
+        "episode_id": make_id(NodeKind.EPISODE, row.episode_id) if row.episode_id is not None else None,
+        "gist_id": make_id(NodeKind.GIST, row.gist_id) if row.gist_id is not None else None,
+        "value": row.value,
+        "metadata": row.metadata,
+        "archived_at": archived_at,
+    }

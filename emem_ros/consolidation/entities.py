@@ -1,0 +1,587 @@
+"""Entities: the objects a robot keeps seeing, merged across sightings.
+
+Where sightings come from
+- Detection layers name their class (metadata ``class_id`` / ``class_name`` /
+  ``label``, or texts that are short labels): entities need no LLM at all.
+- Free text (scene descriptions) goes through ``Summarizer.extract_entities``
+  when an LLM is configured (one call per distinct text, cached: robots repeat
+  themselves); without one it is skipped.
+
+A run reads the observations written since the last one (marks in ``meta``,
+see ``state.py``) and cuts them into place visits with the same clustering as
+gists (all layers together). In each visit, the rows of one label form one
+sighting, or several when 3-D detections put them more than
+``INSTANCE_SEPARATION`` apart (two chairs at one table).
+
+2-D versus 3-D positions
+- A 2-D detection's position is the *robot's* (``position_source:
+  odometry``): the object is somewhere in view, meters away.
+- Anything else with a position (3-D detections, positions given by the
+  caller) is the object's own position.
+An entity keeps running moments (weight, sum, sum of squares) of both kinds
+apart. Its position and spread come from the object positions once it has
+any, and from where the robot stood only until then: many vague sightings
+never drag a precise estimate. (The spread of a robot-only entity is as wide
+as where the robot stood: honest about the uncertainty.)
+
+Merging a sighting into a known entity requires all of
+1. meaning: cosine of the name embeddings >= ``entity_similarity_threshold``;
+2. distance: <= ``entity_spatial_radius`` from the entity's centroid;
+3. the same place: where the robot stood when it saw it (its mean position
+   for 2-D sightings, the visit's centroid for 3-D ones) within
+   ``consolidation_spatial_eps`` of a place the entity was seen from before;
+   except that a 3-D sighting within ``INSTANCE_SEPARATION`` of the entity's
+   object position is the same object whatever the viewpoint.
+Rule 3 decides the *two mugs 4 m apart in different rooms* case: they stay
+two entities. Merging them would average two real objects into a phantom
+between rooms (possibly inside a wall), which is worse for "where is the mug?"
+than a second entry. The price: an object seen only by 2-D detections from
+two places more than ``eps`` apart gets two entries, both at real places.
+
+Edges
+- OBSERVED_IN entity -> one observation per sighting (the visit's most
+  confident, latest on ties), weight = how many observations of the visit
+  saw it. One edge per visit rather than per detection: at 10 Hz a robot
+  would otherwise add millions of edges a day that say the same thing; the
+  other observations of the visit are found by label, time and place.
+- COOCCURS_WITH between entities seen in the same visit, +1 per visit, stored
+  once per pair in canonical order: ``src`` is the entity with the lower
+  number (``cooccurrences()`` reads both columns). Never duplicated.
+
+Only the consolidation worker writes entities (one thread: read-modify-write
+of an entity's running statistics is safe).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+
+from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
+from emem_ros.consolidation.rows import LayerKind, ObsRow, classify_layers, detection_labels, fetch_rows
+from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
+from emem_ros.core.types import EdgeKind, NodeKind, make_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emem_ros.memory import Memory
+
+log = logging.getLogger(__name__)
+
+INSTANCE_SEPARATION = 1.0
+"""Metres: 3-D sightings of one label in one visit farther apart than this are different objects."""
+MAX_PLACES = 16
+ROWS_PER_STEP = 20_000
+TEXT_CACHE = 4096
+EDGE_SQL = (
+    "INSERT INTO edges(kind, src, dst, weight, updated) VALUES(?,?,?,?,?)"
+    " ON CONFLICT(kind, src, dst) DO UPDATE SET weight = weight + excluded.weight, updated = excluded.updated"
+)
+
+
+@dataclass
+class EntityReport:
+    observations: int = 0
+    sightings: int = 0
+    created: int = 0
+    merged: int = 0
+    observed_in: int = 0
+    cooccurrences: int = 0
+    llm_calls: int = 0
+    deferred: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+
+
+@dataclass
+class Moments:
+    """Running weight, sum and sum of squares of positions: an exact mean and spread, mergeable."""
+
+    w: float = 0.0
+    s: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    q: float = 0.0
+
+    def add(self, point: np.ndarray, weight: float = 1.0) -> None:
+        self.w += weight
+        self.s = self.s + weight * point
+        self.q += weight * float(point @ point)
+
+    def merge(self, other: "Moments") -> None:
+        self.w += other.w
+        self.s = self.s + other.s
+        self.q += other.q
+
+    @property
+    def mean(self) -> Optional[np.ndarray]:
+        return self.s / self.w if self.w > 0 else None
+
+    @property
+    def spread(self) -> float:
+        """RMS distance from the mean."""
+        if self.w <= 0:
+            return 0.0
+        mean = self.s / self.w
+        return math.sqrt(max(0.0, self.q / self.w - float(mean @ mean)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"w": self.w, "s": [float(v) for v in self.s], "q": self.q}
+
+    @classmethod
+    def from_json(cls, value: Any) -> "Moments":
+        if not isinstance(value, dict) or "w" not in value:
+            return cls()
+        return cls(float(value["w"]), np.asarray(value["s"], dtype=np.float64), float(value["q"]))
+
+
+@dataclass
+class Sighting:
+    name: str
+    entity_type: Optional[str]
+    layer: str
+    place: Optional[tuple[float, float]]
+    observation_ids: list[int] = field(default_factory=list)
+    best_id: int = 0
+    best_key: tuple[float, float] = (-math.inf, -math.inf)
+    first: float = math.inf
+    last: float = -math.inf
+    confidence: float = 0.0
+    moments: Moments = field(default_factory=Moments)
+    precise: bool = False
+    text_id: Optional[int] = None
+    _points: list[tuple[float, float, float]] = field(default_factory=list, repr=False)
+
+    def add(self, row: ObsRow) -> None:
+        self.observation_ids.append(row.id)
+        key = (row.confidence, row.stamp)
+        if key >= self.best_key:
+            self.best_key, self.best_id = key, row.id
+        self.first = min(self.first, row.stamp)
+        self.last = max(self.last, row.stamp)
+        self.confidence = max(self.confidence, row.confidence)
+        if row.x is not None and row.y is not None:
+            self._points.append((row.x, row.y, row.z or 0.0))
+
+    def close(self) -> "Sighting":
+        """Fold the collected points into the moments (one numpy call per sighting, not per row)."""
+        if self._points:
+            points = np.asarray(self._points, dtype=np.float64)
+            self.moments.merge(Moments(float(len(points)), points.sum(axis=0), float((points * points).sum())))
+            self._points = []
+        return self
+
+    @property
+    def position(self) -> Optional[np.ndarray]:
+        return self.moments.mean
+
+    @property
+    def seen_from(self) -> Optional[tuple[float, float]]:
+        """Where the robot stood: its mean position for 2-D rows, the visit's centroid for 3-D ones."""
+        pos = self.position
+        if not self.precise and pos is not None:
+            return float(pos[0]), float(pos[1])
+        return self.place
+
+
+@dataclass
+class EntityState:
+    number: Optional[int]
+    name: str
+    entity_type: Optional[str]
+    layer: str
+    vector: np.ndarray
+    first: float
+    last: float
+    sightings: int
+    confidence: float
+    object: Moments = field(default_factory=Moments)
+    robot: Moments = field(default_factory=Moments)
+    places: list[list[float]] = field(default_factory=list)
+    visits: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    key: int = 0
+
+    @property
+    def best(self) -> Moments:
+        return self.object if self.object.w > 0 else self.robot
+
+    @property
+    def position(self) -> Optional[np.ndarray]:
+        return self.best.mean
+
+    @property
+    def spread(self) -> float:
+        return self.best.spread
+
+    @property
+    def sources(self) -> set[str]:
+        return {name for name, m in (("object", self.object), ("robot", self.robot)) if m.w > 0}
+
+    def absorb(self, sighting: Sighting) -> None:
+        self.first = min(self.first, sighting.first)
+        self.last = max(self.last, sighting.last)
+        self.sightings += len(sighting.observation_ids)
+        self.confidence = max(self.confidence, sighting.confidence)
+        (self.object if sighting.precise else self.robot).merge(sighting.moments)
+        self.visits += 1
+        if sighting.seen_from is not None:
+            self.add_place(sighting.seen_from)
+
+    def add_place(self, place: tuple[float, float], merge_within: float = 1.0) -> None:
+        for p in self.places:
+            if math.hypot(p[0] - place[0], p[1] - place[1]) <= merge_within:
+                return
+        self.places.append([round(place[0], 3), round(place[1], 3)])
+        del self.places[:-MAX_PLACES]
+
+    def metadata(self) -> dict[str, Any]:
+        meta = dict(self.extra)
+        meta.update({
+            "stats": {"object": self.object.to_json(), "robot": self.robot.to_json()},
+            "places": self.places, "visits": self.visits,
+            "position_source": "mixed" if len(self.sources) > 1 else next(iter(self.sources), "none"),
+        })
+        return meta
+
+
+def _state_from_row(row: Sequence[Any], vector: np.ndarray) -> EntityState:
+    (number, name, etype, x, y, z, spread, first, last, sightings, confidence, layer, metadata) = row
+    try:
+        meta = json.loads(metadata) if metadata else {}
+    except ValueError:
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    state = EntityState(number=number, name=name, entity_type=etype, layer=layer, vector=vector, first=first,
+                        last=last, sightings=sightings, confidence=confidence, key=number)
+    stats = meta.pop("stats", None)
+    if isinstance(stats, dict):
+        state.object = Moments.from_json(stats.get("object"))
+        state.robot = Moments.from_json(stats.get("robot"))
+    elif x is not None:  # made elsewhere (a tool, the peer's format): start the statistics from it
+        p = np.array([x, y, z or 0.0])
+        w = float(max(1, sightings))
+        state.object = Moments(w, w * p, w * (float(p @ p) + spread * spread))
+    state.places = [list(p) for p in meta.pop("places", []) if isinstance(p, (list, tuple)) and len(p) == 2]
+    state.visits = int(meta.pop("visits", 0) or 0)
+    meta.pop("position_source", None)
+    state.extra = meta
+    return state
+
+
+def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
+    """Entities seen in the same visits as this one, with how many visits, most first."""
+    me = make_id(NodeKind.ENTITY, entity_number)
+    kind = EdgeKind.COOCCURS_WITH.value
+    rows = conn.execute(
+        "SELECT dst, weight FROM edges WHERE kind = ? AND src = ?"
+        " UNION ALL SELECT src, weight FROM edges WHERE kind = ? AND dst = ?", (kind, me, kind, me)).fetchall()
+    return sorted(((other, float(w)) for other, w in rows), key=lambda r: (-r[1], int(r[0].split("-")[1])))
+
+
+class EntityExtractor:
+    def __init__(self, memory: "Memory", summarizer: Any = None) -> None:
+        self.memory = memory
+        self.summarizer = summarizer
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._text_names: OrderedDict[str, Optional[list[str]]] = OrderedDict()
+        self._llm_failures = 0
+
+    # ------------------------------------------------------------------ the run
+    def run(self, stop: Optional[threading.Event] = None, final: bool = False) -> EntityReport:
+        """Extract from everything new; ``final`` also closes the visit in progress."""
+        started = time.perf_counter()
+        report = EntityReport()
+        self._llm_failures = 0
+        while True:
+            if stop is not None and stop.is_set():
+                report.complete = False
+                break
+            more = self._step(report, final)
+            if not more:
+                break
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _step(self, report: EntityReport, final: bool) -> bool:
+        memory, store = self.memory, self.memory.store
+        conn = store.reader()
+        marks = read_marks(conn, ENTITY_MARKS)
+        top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
+        base = "o.text_id IS NOT NULL AND o.tier != 'archived'"
+        if marks.stamp is None:
+            fresh = fetch_rows(conn, base, limit=ROWS_PER_STEP)
+        else:
+            fresh = fetch_rows(conn, f"{base} AND o.stamp >= ?", [marks.stamp], limit=ROWS_PER_STEP)
+        limited = len(fresh) >= ROWS_PER_STEP
+        late: list[ObsRow] = []
+        late_limited = False
+        if marks.stamp is not None:
+            late = fetch_rows(conn, f"{base} AND o.id > ? AND o.stamp < ?", [marks.id, marks.stamp],
+                              order="o.id", limit=ROWS_PER_STEP)
+            late_limited = len(late) >= ROWS_PER_STEP
+            if late_limited:
+                top_id = min(top_id, late[-1].id)
+        if not fresh and not late:
+            return False
+        params = cluster_params(memory.config, min_samples=1)
+        if final and not limited:
+            horizon = None
+        else:
+            horizon = fresh[-1].stamp if limited else max(memory.now(), fresh[-1].stamp if fresh else -math.inf)
+        clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, horizon)
+        if limited and deferred_from is not None and marks.stamp is not None and deferred_from <= marks.stamp:
+            clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, None)
+        if late:
+            late.sort(key=lambda r: (r.stamp, r.id))
+            clusters += clusters_of(late, params, False, None)[0]
+        if deferred_from is not None:
+            new_stamp = deferred_from
+        elif fresh:
+            new_stamp = math.nextafter(fresh[-1].stamp, math.inf)
+        else:
+            new_stamp = marks.stamp
+        if marks.stamp is not None and new_stamp is not None:
+            new_stamp = max(new_stamp, marks.stamp)
+        new_marks = Marks(stamp=new_stamp, id=max(marks.id, int(top_id)))
+        report.deferred = len(deferred)
+
+        kinds = classify_layers([r for c in clusters for r in c])
+        sightings_by_cluster = [self._sightings(cluster, kinds, report) for cluster in clusters]
+        self._resolve_and_write(sightings_by_cluster, new_marks, report)
+        report.observations += sum(len(c) for c in clusters)
+        return limited or late_limited
+
+    # ------------------------------------------------------------------ sightings
+    def _sightings(self, rows: Sequence[ObsRow], kinds: dict[str, LayerKind], report: EntityReport) -> list[Sighting]:
+        centroid, _ = geometry(rows)
+        place = (centroid[0], centroid[1]) if centroid is not None else None
+        groups: dict[tuple[str, bool], list[Sighting]] = {}
+        free_text: list[ObsRow] = []
+        for row in rows:
+            if row.is_reading:
+                continue
+            kind = kinds.get(row.layer)
+            if kind is LayerKind.LABELS:
+                precise = row.x is not None and not row.robot_pose
+                for label in dict.fromkeys(detection_labels(row)):
+                    self._group(groups, label, precise, row, place)
+            elif kind is LayerKind.TEXT and self.summarizer is not None:
+                free_text.append(row)
+        if free_text:
+            self._text_sightings(free_text, place, groups, report)
+        out = [s.close() for items in groups.values() for s in items]
+        out.sort(key=lambda s: (not s.precise, -len(s.observation_ids)))
+        return out
+
+    @staticmethod
+    def _group(groups: dict, label: str, precise: bool, row: ObsRow, place: Optional[tuple[float, float]],
+               entity_type: Optional[str] = "object") -> None:
+        bucket = groups.setdefault((label, precise), [])
+        target = None
+        if precise and row.x is not None:
+            best = INSTANCE_SEPARATION
+            for s in bucket:
+                if s._points:
+                    fx, fy, _ = s._points[0]  # anchored at its first point: cheap and stable
+                    d = math.hypot(fx - row.x, fy - row.y)
+                    if d <= best:
+                        best, target = d, s
+        elif bucket:
+            target = bucket[0]
+        if target is None:
+            target = Sighting(name=label, entity_type=entity_type, layer=row.layer, place=place, precise=precise,
+                              text_id=row.text_id if row.text.strip().lower() == label else None)
+            bucket.append(target)
+        target.add(row)
+
+    def _text_sightings(self, rows: Sequence[ObsRow], place, groups: dict, report: EntityReport) -> None:
+        """Names an LLM finds in free text, placed where the robot was (vague, like 2-D detections)."""
+        for text in dict.fromkeys(r.text for r in rows):
+            names = self._names_in(text, report)
+            if not names:
+                continue
+            for row in (r for r in rows if r.text == text):
+                for name in names:
+                    self._group(groups, name, False, row, place, entity_type=None)
+
+    def _names_in(self, text: str, report: EntityReport) -> Optional[list[str]]:
+        if text in self._text_names:
+            self._text_names.move_to_end(text)
+            return self._text_names[text]
+        if self._llm_failures >= 3:
+            return None  # the LLM keeps failing this run; try again next run
+        report.llm_calls += 1
+        names = self.summarizer.extract_entities([text])
+        if names is None:
+            self._llm_failures += 1
+            return None
+        self._llm_failures = 0
+        self._text_names[text] = names
+        while len(self._text_names) > TEXT_CACHE:
+            self._text_names.popitem(last=False)
+        return names
+
+    # ------------------------------------------------------------------ merging and writing
+    def _name_vectors(self, sightings: Sequence[Sighting]) -> None:
+        store = self.memory.store
+        missing = [s for s in sightings if s.name not in self._vectors]
+        by_text = {s.text_id: s.name for s in missing if s.text_id is not None}
+        if by_text:
+            ids = list(by_text)
+            for text_id, vector in zip(ids, store.text_vectors(ids)):
+                if np.any(vector):
+                    self._remember(by_text[text_id], vector)
+        names = list(dict.fromkeys(s.name for s in missing if s.name not in self._vectors))
+        if names:
+            for name, vector in zip(names, self.memory._embed_texts(names)):
+                self._remember(name, vector)
+
+    def _remember(self, name: str, vector: np.ndarray) -> None:
+        self._vectors[name] = np.asarray(vector, dtype=np.float32)
+        while len(self._vectors) > TEXT_CACHE:
+            self._vectors.popitem(last=False)
+
+    def _candidates(self, sighting: Sighting, vector: np.ndarray, cache: dict[int, EntityState],
+                    new: list[EntityState], known: dict[str, set[int]]) -> list[tuple[float, EntityState]]:
+        """Stored entities with this name or a similar one (looked up once per name and run), plus new ones."""
+        store, config = self.memory.store, self.memory.config
+        threshold = config.entity_similarity_threshold
+        numbers = known.get(sighting.name)
+        if numbers is None:
+            conn = store.reader()
+            numbers = {r[0] for r in conn.execute("SELECT id FROM entities WHERE name = ?", (sighting.name,))}
+            labels, sims = store.vectors["entities"].search(vector, 16)
+            numbers |= {int(l) for l, s in zip(labels, sims) if s >= threshold}
+            known[sighting.name] = numbers
+            self._load(numbers - set(cache), cache)
+        out = []
+        for number in numbers:
+            state = cache.get(number)
+            if state is not None:
+                out.append((float(state.vector @ vector), state))
+        out += [(float(state.vector @ vector), state) for state in new]
+        return [(sim, st) for sim, st in out if sim >= threshold - 1e-6]
+
+    def _load(self, numbers: set[int], cache: dict[int, EntityState]) -> None:
+        if not numbers:
+            return
+        store = self.memory.store
+        ids = sorted(numbers)
+        marks = ",".join("?" * len(ids))
+        rows = store.reader().execute(
+            f"SELECT {store.ENTITY_COLUMNS}, embedding FROM entities WHERE id IN ({marks})", ids).fetchall()
+        for row in rows:
+            blob = row[-1]
+            vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.memory._embed_texts([row[1]])[0])
+            cache[row[0]] = _state_from_row(row[:-1], vector)
+
+    def _match(self, sighting: Sighting, candidates: list[tuple[float, EntityState]]) -> Optional[EntityState]:
+        config = self.memory.config
+        pos = sighting.position
+        best: Optional[tuple[float, float, EntityState]] = None
+        for sim, state in candidates:
+            epos = state.position
+            if pos is None or epos is None:
+                if pos is not None or epos is not None:
+                    continue  # one is placed and the other is not: no evidence they are the same
+                distance = 0.0
+            else:
+                distance = math.hypot(pos[0] - epos[0], pos[1] - epos[1])
+                if distance > config.entity_spatial_radius:
+                    continue
+                same_spot = sighting.precise and "object" in state.sources and distance <= INSTANCE_SEPARATION
+                where = sighting.seen_from
+                if not same_spot and where is not None and state.places and not any(
+                        math.hypot(p[0] - where[0], p[1] - where[1]) <= config.consolidation_spatial_eps
+                        for p in state.places):
+                    continue  # seen from another place: another object (see module docstring)
+            key = (-sim, distance)
+            if best is None or key < best[:2]:
+                best = (-sim, distance, state)
+        return best[2] if best else None
+
+    def _resolve_and_write(self, by_cluster: list[list[Sighting]], marks: Marks, report: EntityReport) -> None:
+        self._name_vectors([s for group in by_cluster for s in group])
+        cache: dict[int, EntityState] = {}
+        new: list[EntityState] = []
+        touched: dict[int, EntityState] = {}
+        observed: list[tuple[EntityState, int, int]] = []
+        pairs: dict[tuple[int, int], int] = {}
+        next_key = -1
+        known: dict[str, set[int]] = {}
+        for sightings in by_cluster:
+            seen: dict[int, EntityState] = {}
+            for sighting in sightings:
+                vector = self._vectors.get(sighting.name)
+                if vector is None:
+                    continue
+                report.sightings += 1
+                state = self._match(sighting, self._candidates(sighting, vector, cache, new, known))
+                if state is None:
+                    state = EntityState(number=None, name=sighting.name, entity_type=sighting.entity_type,
+                                        layer=sighting.layer, vector=vector, first=sighting.first,
+                                        last=sighting.last, sightings=0, confidence=0.0, key=next_key)
+                    next_key -= 1
+                    new.append(state)
+                    state.absorb(sighting)
+                    report.created += 1
+                else:
+                    state.absorb(sighting)
+                    report.merged += 1
+                touched[state.key] = state
+                observed.append((state, sighting.best_id, len(sighting.observation_ids)))
+                seen[state.key] = state
+            keys = sorted(seen)
+            for i, a in enumerate(keys):
+                for b in keys[i + 1:]:
+                    pairs[(a, b)] = pairs.get((a, b), 0) + 1
+        self._write(touched, observed, pairs, marks, report)
+
+    def _write(self, touched: dict[int, EntityState], observed: list[tuple[EntityState, int, int]],
+               pairs: dict[tuple[int, int], int], marks: Marks, report: EntityReport) -> None:
+        store = self.memory.store
+        now = self.memory.now()
+        created: list[EntityState] = []
+        with store.write() as conn:
+            for state in touched.values():
+                pos = state.position
+                x, y, z = (float(pos[0]), float(pos[1]), float(pos[2])) if pos is not None else (None, None, None)
+                meta = json.dumps(state.metadata(), separators=(",", ":"))
+                if state.number is None:
+                    cursor = conn.execute(
+                        "INSERT INTO entities(name, entity_type, x, y, z, spread, first_seen, last_seen, sightings,"
+                        " confidence, layer, metadata, embedding) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (state.name, state.entity_type, x, y, z, state.spread, state.first, state.last,
+                         state.sightings, state.confidence, state.layer, meta,
+                         np.asarray(state.vector, dtype=np.float32).tobytes()))
+                    state.number = int(cursor.lastrowid)
+                    created.append(state)
+                else:
+                    conn.execute(
+                        "UPDATE entities SET x=?, y=?, z=?, spread=?, first_seen=?, last_seen=?, sightings=?,"
+                        " confidence=?, metadata=? WHERE id=?",
+                        (x, y, z, state.spread, state.first, state.last, state.sightings, state.confidence,
+                         meta, state.number))
+            kind_obs = EdgeKind.OBSERVED_IN.value
+            conn.executemany(EDGE_SQL, [
+                (kind_obs, make_id(NodeKind.ENTITY, state.number), make_id(NodeKind.OBSERVATION, oid), float(n), now)
+                for state, oid, n in observed])
+            by_key = {state.key: state for state in touched.values()}
+            rows = []
+            for (a, b), count in pairs.items():
+                lo, hi = sorted((by_key[a].number, by_key[b].number))
+                rows.append((EdgeKind.COOCCURS_WITH.value, make_id(NodeKind.ENTITY, lo),
+                             make_id(NodeKind.ENTITY, hi), float(count), now))
+            conn.executemany(EDGE_SQL, rows)
+            write_marks(conn, ENTITY_MARKS, marks)
+        if created:
+            store.vectors["entities"].add(np.asarray([s.number for s in created], dtype=np.int64),
+                                          np.stack([s.vector for s in created]).astype(np.float32))
+        report.observed_in += len(observed)
+        report.cooccurrences += sum(pairs.values())

@@ -1,0 +1,298 @@
+"""Gists: clusters of observations turned into summaries, written in short transactions.
+
+``TimeWindowConsolidator`` runs on the consolidation worker. It reads only
+what is new since the last run (see ``state.py``), clusters it by place and
+time (``clustering.py``), summarises each cluster (LLM or fallback), embeds
+the summaries in one batch and writes them a few gists per transaction, so
+the writer lock is never held long and ingestion keeps flowing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from emem_ros.consolidation.clustering import ClusterParams, cluster_stream
+from emem_ros.consolidation.rows import LayerKind, ObsRow, classify_layers, fetch_rows, in_list
+from emem_ros.consolidation.state import (
+    CONSOLIDATION_MARKS,
+    Marks,
+    read_episode_queue,
+    read_marks,
+    write_episode_queue,
+    write_marks,
+)
+from emem_ros.consolidation.summaries import SummaryWriter, digest
+from emem_ros.core.types import EpisodeStatus, NodeKind, Position, make_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emem_ros.memory import Memory
+
+log = logging.getLogger(__name__)
+
+GISTS_PER_TRANSACTION = 32
+ROWS_PER_RUN = 100_000
+"""Rows read per step of a run; a bigger backlog is worked through in steps."""
+
+
+@dataclass
+class GistDraft:
+    observation_ids: list[int]
+    text: str
+    centroid: Optional[Position]
+    radius: float
+    time_start: float
+    time_end: float
+    layers: list[str]
+    episode_id: Optional[int]
+    metadata: dict[str, Any]
+
+
+@dataclass
+class ConsolidationReport:
+    gist_ids: list[str] = field(default_factory=list)
+    observations: int = 0
+    candidates: int = 0
+    noise: int = 0
+    deferred: int = 0
+    llm_summaries: int = 0
+    fallback_summaries: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+    """False when the run was stopped (shutdown) before the end; the rest is done next run."""
+
+    @property
+    def gists(self) -> int:
+        return len(self.gist_ids)
+
+
+def cluster_params(config: Any, *, min_samples: Optional[int] = None) -> ClusterParams:
+    return ClusterParams(
+        eps=float(config.consolidation_spatial_eps),
+        min_samples=int(config.consolidation_min_samples if min_samples is None else min_samples),
+        time_gap=float(config.consolidation_time_gap),
+        max_extent=float(config.consolidation_max_extent),
+        max_size=int(config.consolidation_max_size),
+        min_dwell=float(config.consolidation_min_dwell),
+        max_duration=float(config.consolidation_window),
+    )
+
+
+def geometry(rows: Sequence[ObsRow]) -> tuple[Optional[Position], float]:
+    """Centroid of the positioned rows and the planar radius that covers them."""
+    placed = [(r.x, r.y, r.z or 0.0) for r in rows if r.x is not None and r.y is not None]
+    if not placed:
+        return None, 0.0
+    points = np.asarray(placed, dtype=np.float64)
+    center = points.mean(axis=0)
+    radius = float(np.sqrt(((points[:, :2] - center[:2]) ** 2).sum(axis=1)).max())
+    return (float(center[0]), float(center[1]), float(center[2])), radius
+
+
+def clusters_of(rows: Sequence[ObsRow], params: ClusterParams, per_layer: bool,
+                horizon: Optional[float]) -> tuple[list[list[ObsRow]], list[ObsRow], list[ObsRow], Optional[float]]:
+    """(clusters, noise, deferred, deferred_from) over all layers together or each layer alone."""
+    groups: list[Sequence[ObsRow]]
+    if per_layer:
+        by_layer: dict[str, list[ObsRow]] = {}
+        for row in rows:
+            by_layer.setdefault(row.layer, []).append(row)
+        groups = list(by_layer.values())
+    else:
+        groups = [rows]
+    clusters: list[list[ObsRow]] = []
+    noise: list[ObsRow] = []
+    deferred: list[ObsRow] = []
+    deferred_from: Optional[float] = None
+    for group in groups:
+        result = cluster_stream([r.stamp for r in group], [r.x for r in group], [r.y for r in group],
+                                params, horizon)
+        clusters.extend([group[i] for i in c] for c in result.clusters)
+        noise.extend(group[i] for i in result.noise)
+        deferred.extend(group[i] for i in result.deferred)
+        if result.deferred_from is not None:
+            deferred_from = result.deferred_from if deferred_from is None else min(deferred_from,
+                                                                                   result.deferred_from)
+    clusters.sort(key=lambda c: (c[0].stamp, c[0].id))
+    return clusters, noise, deferred, deferred_from
+
+
+def draft_gist(rows: Sequence[ObsRow], kinds: dict[str, LayerKind], writer: SummaryWriter, kind: str,
+               episode_id: Optional[int] = None, context: str = "") -> GistDraft:
+    """Geometry, time range and summary of one cluster."""
+    centroid, radius = geometry(rows)
+    start, end = rows[0].stamp, rows[-1].stamp
+    if start > end:
+        start, end = end, start
+    summary = digest(rows, kinds, centroid, start, end)
+    llm_context = f"{summary.header}, {len(rows)} observations" + (f"; {context}" if context else "")
+    text, source = writer.write(summary.lines, llm_context, summary.text, prefix=summary.header)
+    if episode_id is None:
+        episodes = {r.episode_id for r in rows}
+        episode_id = next(iter(episodes)) if len(episodes) == 1 else None
+    metadata: dict[str, Any] = {"kind": kind, "summary": source, "layer_counts": summary.counts}
+    if summary.place:
+        metadata["place"] = summary.place
+    return GistDraft(
+        observation_ids=[r.id for r in rows], text=text, centroid=centroid, radius=radius,
+        time_start=start, time_end=end, layers=sorted({r.layer for r in rows}),
+        episode_id=episode_id, metadata=metadata,
+    )
+
+
+def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: Callable[[Sequence[ObsRow]], GistDraft],
+                now: float, stop: Optional[threading.Event] = None,
+                finish: Optional[Callable[[Any], None]] = None) -> tuple[list[int], int, bool]:
+    """Summarise, embed and store clusters a few per transaction; ``finish(conn)`` runs in the last one.
+
+    Drafting (the LLM calls) and writing alternate per batch, so the writer
+    lock is held only for the inserts and a stopped run keeps what it already
+    summarised. Returns (gist numbers, observations summarised, completed);
+    stopping early skips ``finish`` so progress marks never pass unwritten work.
+    """
+    store = memory.store
+    written: list[int] = []
+    observations = 0
+    starts = list(range(0, len(clusters), GISTS_PER_TRANSACTION)) or [0]
+    for start in starts:
+        batch: list[GistDraft] = []
+        for cluster in clusters[start:start + GISTS_PER_TRANSACTION]:
+            if stop is not None and stop.is_set():
+                return written, observations, False
+            batch.append(draft(cluster))
+        vectors = memory._embed_texts([d.text for d in batch]) if batch else np.empty((0, store.dim), np.float32)
+        ids: list[int] = []
+        with store.write() as conn:
+            for item, vector in zip(batch, vectors):
+                ids.append(store.add_gist(
+                    conn, text=item.text, centroid=item.centroid, radius=item.radius,
+                    time_start=item.time_start, time_end=item.time_end,
+                    observation_ids=item.observation_ids, layers=item.layers, embedding=vector,
+                    episode_id=item.episode_id, metadata=item.metadata, now=now,
+                ))
+            if finish is not None and start == starts[-1]:
+                finish(conn)
+        if ids:
+            store.vectors["gists"].add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32))
+        written.extend(ids)
+        observations += sum(len(item.observation_ids) for item in batch)
+    return written, observations, True
+
+
+def blocked_episodes(conn: Any, pending: Sequence[int]) -> list[int]:
+    """Episodes whose observations a time-window run must not touch: active or awaiting consolidation."""
+    active = [r[0] for r in conn.execute("SELECT id FROM episodes WHERE status = ?", (EpisodeStatus.ACTIVE.value,))]
+    return sorted(set(active) | set(pending))
+
+
+class TimeWindowConsolidator:
+    """Old short-term observations -> gists, incrementally (see ``state.py`` for the marks)."""
+
+    def __init__(self, memory: "Memory", writer: SummaryWriter) -> None:
+        self.memory = memory
+        self.writer = writer
+
+    def run(self, stop: Optional[threading.Event] = None) -> ConsolidationReport:
+        started = time.perf_counter()
+        report = ConsolidationReport()
+        memory = self.memory
+        config = memory.config
+        params = cluster_params(config)
+        self.writer.reset()
+        llm0, fb0 = self.writer.stats.llm, self.writer.stats.fallback
+        while True:
+            cutoff = memory.now() - config.consolidation_window
+            more = self._step(cutoff, params, report, stop)
+            if not report.complete or not more:
+                break
+        report.llm_summaries = self.writer.stats.llm - llm0
+        report.fallback_summaries = self.writer.stats.fallback - fb0
+        report.seconds = time.perf_counter() - started
+        if report.gist_ids:
+            log.info("time-window consolidation: %d gists from %d observations (%d noise, %d deferred) in %.2f s",
+                     report.gists, report.observations, report.noise, report.deferred, report.seconds)
+        return report
+
+    def _step(self, cutoff: float, params: ClusterParams, report: ConsolidationReport,
+              stop: Optional[threading.Event]) -> bool:
+        """One bounded step; returns True when more rows are waiting."""
+        memory, store = self.memory, self.memory.store
+        conn = store.reader()
+        marks = read_marks(conn, CONSOLIDATION_MARKS)
+        queue = read_episode_queue(conn)
+        blocked = blocked_episodes(conn, queue.pending)
+        top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
+        not_blocked, blocked_params = in_list("o.episode_id", blocked)
+        base = f"o.tier = 'short_term' AND o.gist_id IS NULL AND (o.episode_id IS NULL OR NOT {not_blocked})"
+        limit = max(ROWS_PER_RUN, 4 * params.max_size)
+
+        if marks.stamp is None:
+            fresh = fetch_rows(conn, f"{base} AND o.stamp < ?", [*blocked_params, cutoff], limit=limit)
+        else:
+            fresh = fetch_rows(conn, f"{base} AND o.stamp >= ? AND o.stamp < ?",
+                               [*blocked_params, marks.stamp, cutoff], limit=limit)
+        limited = len(fresh) >= limit
+        late: list[ObsRow] = []
+        late_limited = False
+        released = [e for e in queue.released if e not in blocked]
+        if marks.stamp is not None:
+            late = fetch_rows(conn, f"{base} AND o.id > ? AND o.stamp < ?",
+                              [*blocked_params, marks.id, marks.stamp], order="o.id", limit=limit)
+            late_limited = len(late) >= limit
+            if late_limited:
+                top_id = min(top_id, late[-1].id)  # ids above it wait for the next step
+            if released:
+                where, values = in_list("o.episode_id", released)
+                seen = {r.id for r in late}
+                late += [r for r in fetch_rows(conn, f"{base} AND {where} AND o.stamp < ?",
+                                               [*blocked_params, *values, marks.stamp]) if r.id not in seen]
+        report.candidates += len(fresh) + len(late)
+
+        horizon = fresh[-1].stamp if limited else cutoff
+        per_layer = bool(memory.config.consolidation_per_layer)
+        clusters, noise, deferred, deferred_from = clusters_of(fresh, params, per_layer, horizon)
+        if deferred_from is not None:
+            new_stamp = deferred_from
+        elif fresh:
+            new_stamp = fresh[-1].stamp if limited else cutoff
+        else:
+            new_stamp = cutoff
+        if marks.stamp is not None and limited and new_stamp <= marks.stamp:
+            # A whole step is one open cluster: close it rather than loop forever.
+            clusters, noise, deferred, _ = clusters_of(fresh, params, per_layer, None)
+            new_stamp, deferred = fresh[-1].stamp, []
+        if marks.stamp is not None:
+            new_stamp = max(new_stamp, marks.stamp)
+        if late:  # behind the mark: everything closes now
+            late.sort(key=lambda r: (r.stamp, r.id))
+            late_clusters, late_noise, _, _ = clusters_of(late, params, per_layer, None)
+            clusters = sorted(clusters + late_clusters, key=lambda c: (c[0].stamp, c[0].id))
+            noise += late_noise
+        new_marks = Marks(stamp=new_stamp, id=max(marks.id, int(top_id)))
+
+        kinds = classify_layers([r for c in clusters for r in c])
+        handled_released = set(released)
+
+        def finish(wconn: Any) -> None:
+            write_marks(wconn, CONSOLIDATION_MARKS, new_marks)
+            if handled_released:
+                current = read_episode_queue(wconn)
+                current.released = [e for e in current.released if e not in handled_released]
+                write_episode_queue(wconn, current)
+
+        ids, observations, completed = write_gists(
+            memory, clusters, lambda rows: draft_gist(rows, kinds, self.writer, "time_window"),
+            memory.now(), stop, finish)
+        report.gist_ids += [make_id(NodeKind.GIST, i) for i in ids]
+        report.observations += observations
+        report.noise += len(noise)
+        report.deferred = len(deferred)
+        if not completed:
+            report.complete = False
+            return False
+        return limited or late_limited

@@ -1,0 +1,225 @@
+"""Observation rows as consolidation reads them, and what kind of layer they come from.
+
+Consolidation works on tens of thousands of rows at once, so a row is a slim
+slotted record with its metadata decoded only when asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import lru_cache
+from typing import Any, Iterable, Optional, Sequence
+
+from emem_ros.core.types import Position, SourceType
+
+ROW_COLUMNS = (
+    "o.id, o.stamp, o.layer, o.source_type, o.x, o.y, o.z, o.text_id, o.confidence,"
+    " o.episode_id, o.value, o.metadata, o.frame_id, o.gist_id"
+)
+ROW_FROM = "observations o"
+
+# Metadata keys that name a detection's class, best first.
+_CLASS_KEYS = ("class_name", "label", "class_id", "class")
+_LIST_KEYS = ("detections", "objects", "hypotheses", "results")
+_NUMERIC = re.compile(r"^[+-]?\d+(\.\d+)?$")
+_LABEL_WORDS = 3
+_LABEL_CHARS = 40
+_INTEROCEPTION = SourceType.INTEROCEPTION.value
+_ODOMETRY = '"position_source":"odometry"'
+
+
+@dataclass(slots=True)
+class ObsRow:
+    id: int
+    stamp: float
+    layer: str
+    source_type: str
+    x: Optional[float]
+    y: Optional[float]
+    z: Optional[float]
+    text_id: Optional[int]
+    text: str
+    confidence: float
+    episode_id: Optional[int]
+    value: Optional[float]
+    metadata_json: Optional[str]
+    frame_id: Optional[str] = None
+    gist_id: Optional[int] = None
+    _metadata: Optional[dict[str, Any]] = field(default=None, repr=False)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        if self._metadata is None:
+            try:
+                value = json.loads(self.metadata_json) if self.metadata_json else {}
+            except ValueError:
+                value = {}
+            self._metadata = value if isinstance(value, dict) else {}
+        return self._metadata
+
+    @property
+    def position(self) -> Optional[Position]:
+        if self.x is None or self.y is None:
+            return None
+        return (self.x, self.y, self.z or 0.0)
+
+    @property
+    def is_reading(self) -> bool:
+        return self.source_type == _INTEROCEPTION
+
+    @property
+    def robot_pose(self) -> bool:
+        """True when the position is the robot's (a 2-D detection placed by odometry).
+
+        ``Memory.add_draft`` marks drafts without their own position this way;
+        anything else with a position is taken as the position of what was seen.
+        """
+        meta = self.metadata_json
+        if meta is None or '"position_source"' not in meta:
+            return False
+        if _ODOMETRY in meta:  # the store writes compact JSON: no need to parse
+            return True
+        return self.metadata.get("position_source") == "odometry"
+
+
+def fetch_rows(conn: sqlite3.Connection, where: str, params: Sequence[Any] = (),
+               order: str = "o.stamp, o.id", limit: Optional[int] = None) -> list[ObsRow]:
+    """Rows matching a condition over ``o``; texts are looked up once per distinct text
+    (robots repeat themselves, so that is far cheaper than a join per row)."""
+    sql = f"SELECT {ROW_COLUMNS} FROM {ROW_FROM} WHERE {where} ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    raw = conn.execute(sql, tuple(params)).fetchall()
+    texts = _texts(conn, {r[7] for r in raw if r[7] is not None})
+    return [ObsRow(i, st, la, so, x, y, z, tid, texts.get(tid, "") if tid is not None else "", co, ep, va, me, fr, gi)
+            for i, st, la, so, x, y, z, tid, co, ep, va, me, fr, gi in raw]
+
+
+def _texts(conn: sqlite3.Connection, ids: set[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    ordered = sorted(ids)
+    for start in range(0, len(ordered), 900):
+        chunk = ordered[start:start + 900]
+        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+    return out
+
+
+def in_list(column: str, values: Iterable[int]) -> tuple[str, list[int]]:
+    """``column IN (?, ...)`` with its parameters; an empty list matches nothing."""
+    values = [int(v) for v in values]
+    if not values:
+        return "0", []
+    return f"{column} IN ({','.join('?' * len(values))})", values
+
+
+# ---------------------------------------------------------------------- labels
+def is_short_label(text: str) -> bool:
+    """A class name ("red mug"), not a sentence ("a kitchen with a red mug on the table")."""
+    text = text.strip()
+    if not text or len(text) > _LABEL_CHARS or any(c in text for c in ",.:;!?()[]{}=\n"):
+        return False
+    words = text.split()
+    return len(words) <= _LABEL_WORDS and not any(any(ch.isdigit() for ch in w) for w in words)
+
+
+def _class_name(meta: dict[str, Any], fallback: str) -> Optional[str]:
+    for key in _CLASS_KEYS:
+        value = meta.get(key)
+        if isinstance(value, str) and value.strip():
+            value = value.strip()
+            if _NUMERIC.match(value):  # a dataset index ("47"): the text names it better
+                return fallback if is_short_label(fallback) else None
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return fallback if is_short_label(fallback) else None
+    return None
+
+
+def detection_labels(row: ObsRow) -> list[str]:
+    """Class names a detection observation names directly (no LLM needed).
+
+    Accepts metadata ``class_id`` / ``class_name`` / ``label``, a list of
+    detections under ``detections`` (each with one of those keys), or a text
+    that is itself a short label or a comma list of them ("chair, table").
+    """
+    return list(_labels(row.text, row.metadata_json))
+
+
+@lru_cache(maxsize=65_536)
+def _labels(text: str, metadata_json: Optional[str]) -> tuple[str, ...]:
+    """Cached on the raw strings: a robot sends the same detection again and again."""
+    try:
+        meta = json.loads(metadata_json) if metadata_json else {}
+    except ValueError:
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    return tuple(_labels_from(text, meta))
+
+
+def _labels_from(text: str, meta: dict[str, Any]) -> list[str]:
+    if meta:
+        name = _class_name(meta, text)
+        if name:
+            return [name.lower()]
+        for key in _LIST_KEYS:
+            items = meta.get(key)
+            if isinstance(items, list):
+                names = [_class_name(item, "") for item in items if isinstance(item, dict)]
+                names = [n.lower() for n in names if n]
+                if names:
+                    return names
+    text = text.strip()
+    if is_short_label(text):
+        return [text.lower()]
+    if "," in text:
+        parts = [p.strip() for p in text.split(",")]
+        if parts and all(is_short_label(p) for p in parts):
+            return [p.lower() for p in parts]
+    return []
+
+
+def has_class_metadata(row: ObsRow) -> bool:
+    if not row.metadata_json:
+        return False
+    meta = row.metadata
+    return any(k in meta for k in _CLASS_KEYS) or any(isinstance(meta.get(k), list) for k in _LIST_KEYS)
+
+
+class LayerKind(str, Enum):
+    LABELS = "labels"      # detections: each observation names classes
+    TEXT = "text"          # free text: scene descriptions, speech, notes
+    READINGS = "readings"  # body readings and other numbers
+
+
+def classify_layer(rows: Sequence[ObsRow]) -> LayerKind:
+    """Decide once per layer and run, from its rows, how to summarise it."""
+    if not rows:
+        return LayerKind.TEXT
+    if all(r.is_reading or r.value is not None for r in rows):
+        return LayerKind.READINGS
+    sample = rows if len(rows) <= 512 else rows[:: max(1, len(rows) // 512)]
+    with_class = sum(1 for r in sample if has_class_metadata(r))
+    if with_class * 2 >= len(sample):
+        return LayerKind.LABELS
+    distinct = {r.text for r in sample if r.text}
+    if distinct and all(detection_labels_of_text(t) for t in distinct):
+        return LayerKind.LABELS
+    return LayerKind.TEXT
+
+
+def detection_labels_of_text(text: str) -> bool:
+    text = text.strip()
+    if is_short_label(text):
+        return True
+    return "," in text and all(is_short_label(p) for p in text.split(","))
+
+
+def classify_layers(rows: Sequence[ObsRow]) -> dict[str, LayerKind]:
+    by_layer: dict[str, list[ObsRow]] = {}
+    for row in rows:
+        by_layer.setdefault(row.layer, []).append(row)
+    return {layer: classify_layer(items) for layer, items in by_layer.items()}

@@ -1,0 +1,178 @@
+"""Wiring: the engines, the worker, the episode hook and the optional maintenance timer."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from emem_ros.consolidation.archival import ArchiveReport, Archiver
+from emem_ros.consolidation.coldstore import ColdStore
+from emem_ros.consolidation.entities import EntityExtractor, EntityReport
+from emem_ros.consolidation.episodes import EpisodeBook, EpisodeConsolidator, EpisodeReport
+from emem_ros.consolidation.gists import ConsolidationReport, TimeWindowConsolidator
+from emem_ros.consolidation.summaries import SummaryWriter
+from emem_ros.consolidation.worker import ConsolidationWorker, WorkerClosedError
+from emem_ros.core.errors import InvalidInputError, StoreError
+from emem_ros.core.periodic import PeriodicThread
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emem_ros.memory import Memory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MaintenanceReport:
+    entities: EntityReport = field(default_factory=EntityReport)
+    consolidation: ConsolidationReport = field(default_factory=ConsolidationReport)
+    archive: ArchiveReport = field(default_factory=ArchiveReport)
+    seconds: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return self.entities.complete and self.consolidation.complete and self.archive.complete
+
+
+def make_summarizer(llm_client: Any) -> Any:
+    """None without an LLM; an ``llm.Summarizer`` as is; anything else wrapped in one."""
+    if llm_client is None:
+        return None
+    if callable(getattr(llm_client, "summarize", None)) and callable(getattr(llm_client, "extract_entities", None)):
+        return llm_client
+    from emem_ros.consolidation.llm import Summarizer
+
+    return Summarizer(llm_client)
+
+
+def check_config(config: Any) -> None:
+    """The consolidation fields ``MemoryConfig.validate`` does not know about."""
+    for name in ("consolidation_min_dwell", "consolidation_close_timeout", "maintenance_interval"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise InvalidInputError(f"{name} must be zero or a positive number of seconds, got {value!r}")
+    size = config.archive_batch_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidInputError(f"archive_batch_size must be a positive integer, got {size!r}")
+
+
+class ConsolidationService:
+    def __init__(self, memory: "Memory") -> None:
+        check_config(memory.config)
+        self.memory = memory
+        self.summarizer = make_summarizer(memory.llm_client)
+        self.writer = SummaryWriter(self.summarizer)
+        self.book = EpisodeBook(memory)
+        self.time_window = TimeWindowConsolidator(memory, self.writer)
+        self.episodes = EpisodeConsolidator(memory, self.writer, self.book)
+        self.entities = EntityExtractor(memory, self.summarizer)
+        path = Path(memory.config.db_path)
+        self.cold = ColdStore(path.with_name(path.name + ".cold"))
+        self.archiver = Archiver(memory, self.cold)
+        self.worker = ConsolidationWorker()
+        self.last: dict[str, Any] = {}
+        self._timer: Optional[PeriodicThread] = None
+        for number in self.book.snapshot().pending:  # abandoned at the last shutdown (or a crash)
+            self.submit_episode(number)
+        if memory.config.maintenance_interval > 0:
+            self._timer = PeriodicThread("emem-maintenance-timer", memory.config.maintenance_interval,
+                                         self._timer_tick).start()
+
+    # ------------------------------------------------------------------ jobs
+    def _job(self, name: str, fn: Callable[[threading.Event], Any]) -> Callable[[threading.Event], Any]:
+        def run(stop: threading.Event) -> Any:
+            result = fn(stop)
+            self.last[name] = result
+            return result
+        return run
+
+    def submit(self, kind: str, **options: Any) -> Future:
+        jobs: dict[str, Callable[[threading.Event], Any]] = {
+            "maintenance": self._maintenance,
+            "time_window": lambda stop: self.time_window.run(stop),
+            "entities": lambda stop: self.entities.run(stop, final=bool(options.get("final"))),
+            "archive": self._archive,
+        }
+        if kind not in jobs:
+            raise InvalidInputError(f"unknown consolidation job {kind!r}; use one of {', '.join(jobs)}")
+        key = kind if not options else None
+        return self.worker.submit(kind, self._job(kind, jobs[kind]), key=key)
+
+    def submit_episode(self, number: int) -> Future:
+        def run(stop: threading.Event) -> EpisodeReport:
+            try:
+                return self.episodes.run(number, stop)
+            except Exception:
+                if not (stop.is_set() or self.memory.store.closed):
+                    log.exception("consolidating episode %d failed; its observations go to the time window", number)
+                    self.book.release(number)
+                raise
+        return self.worker.submit(f"episode {number}", self._job("episode", run), key=f"episode:{number}")
+
+    def run(self, kind: str, timeout: Optional[float] = None, **options: Any) -> Any:
+        """Run a job on the worker and wait; from the worker itself, run inline.
+
+        On ``timeout`` this raises ``concurrent.futures.TimeoutError`` and the
+        job carries on in the background (it is not cancelled half-way).
+        """
+        if self.worker.in_worker():
+            return self._inline(kind, **options)
+        return self.submit(kind, **options).result(timeout)
+
+    def _inline(self, kind: str, **options: Any) -> Any:
+        stop = self.worker.stop_event
+        if kind == "maintenance":
+            return self._maintenance(stop)
+        if kind == "time_window":
+            return self.time_window.run(stop)
+        if kind == "entities":
+            return self.entities.run(stop, final=bool(options.get("final")))
+        if kind == "archive":
+            return self._archive(stop)
+        raise InvalidInputError(f"unknown consolidation job {kind!r}")
+
+    def _maintenance(self, stop: threading.Event) -> MaintenanceReport:
+        started = time.perf_counter()
+        report = MaintenanceReport()
+        report.entities = self.entities.run(stop)
+        if not stop.is_set():
+            report.consolidation = self.time_window.run(stop)
+        if not stop.is_set():
+            report.archive = self._archive(stop)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _archive(self, stop: threading.Event) -> ArchiveReport:
+        # Entities first: archival removes the texts they are extracted from.
+        self.entities.run(stop)
+        return self.archiver.run(stop)
+
+    # ------------------------------------------------------------------ hooks and timers
+    def on_episode_end(self, memory: "Memory", number: int, consolidate: bool) -> None:
+        """Called by ``end_episode``: record the request durably, queue the work, return."""
+        self.book.request(number, consolidate)
+        if consolidate:
+            try:
+                self.submit_episode(number)
+            except WorkerClosedError:
+                log.info("episode %d will be consolidated when this memory is next opened", number)
+
+    def _timer_tick(self) -> None:
+        try:
+            self.submit("maintenance")
+        except WorkerClosedError:
+            pass
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self, timeout: float) -> bool:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        try:
+            return self.worker.close(timeout)
+        except StoreError:  # pragma: no cover - the worker catches job errors itself
+            return False

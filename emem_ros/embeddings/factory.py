@@ -1,0 +1,53 @@
+"""Embedding providers by name: from node parameters, or from the name a memory file records.
+
+A memory file remembers the model that made its vectors (``meta.embedding_model``);
+``provider_for_stored_model`` turns that name back into a provider, so the CLI
+can open any memory without being told which model built it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from emem_ros.core.errors import InvalidInputError
+from emem_ros.embeddings.base import EmbeddingProvider
+
+BACKENDS = ("sentence_transformers", "ollama", "hashing")
+DEFAULT_HASHING_DIM = 384
+
+
+def make_embedder(backend: str, model: str = "", host: Optional[str] = None) -> EmbeddingProvider:
+    """A provider for ``embedding.backend`` / ``embedding.model``; nothing is loaded yet."""
+    if backend == "sentence_transformers":
+        from emem_ros.embeddings.sentence_transformer import SentenceTransformerProvider
+
+        default = not model or model == "all-MiniLM-L6-v2"
+        return SentenceTransformerProvider(None if default else model)
+    if backend == "ollama":
+        from emem_ros.embeddings.ollama_provider import OllamaEmbeddingProvider
+
+        return OllamaEmbeddingProvider(model, host=host or None)
+    if backend == "hashing":
+        from emem_ros.embeddings.hashing import HashingEmbeddingProvider
+
+        return HashingEmbeddingProvider(_hashing_dim(model))
+    raise InvalidInputError(f"unknown embedding backend {backend!r}; use one of {', '.join(BACKENDS)}")
+
+
+def provider_for_stored_model(name: str, host: Optional[str] = None) -> EmbeddingProvider:
+    """The provider that made a file's vectors, from the name the file records."""
+    if name.startswith("hashing-"):
+        return make_embedder("hashing", name)
+    if name.startswith("ollama:"):
+        return make_embedder("ollama", name[len("ollama:"):], host)
+    return make_embedder("sentence_transformers", name)
+
+
+def _hashing_dim(model: str) -> int:
+    text = model.strip()
+    if not text:
+        return DEFAULT_HASHING_DIM
+    digits = text[len("hashing-"):] if text.startswith("hashing-") else text
+    if not digits.isdigit() or int(digits) <= 0:
+        raise InvalidInputError(f"a hashing embedder is named 'hashing-<dim>' (e.g. 'hashing-384'), got {model!r}")
+    return int(digits)

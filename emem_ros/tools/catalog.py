@@ -1,0 +1,208 @@
+"""TextCatalog: per-text sighting counts by layer and episode, kept in RAM.
+
+A robot repeats itself: "chair" may have 100k observations. Answering "is
+'chair' in layer 'scene'?" or "how often was it seen in episode 4?" from the
+observations table means scanning those rows, because no index starts with
+(text, layer) or (text, episode). The catalog holds one small record per
+(text, layer, episode) instead, so those questions cost a dict lookup. It is
+O(distinct texts), like the vector index, and far smaller per text.
+
+It is derived, never authoritative: built with one GROUP BY on first use
+(about 0.3 s per 100k observations; ``MemoryTools.warm`` does it up front),
+caught up from rows with a larger id whenever SQLite reports a commit
+(``PRAGMA data_version``), and rebuilt after ``invalidate()``. Archival does
+not touch it: counts keep the sightings archived since the catalog was built
+(as the places table does) until the next rebuild, while a hit is only
+shown when a live observation backs it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable, Optional
+
+from emem_ros.core.types import SourceType
+from emem_ros.storage.store import MemoryStore
+
+_BODY = SourceType.INTEROCEPTION.value
+_HOLE_WINDOW = 4096
+"""Ids skipped by a catch-up (written out of order by racing threads) are re-read later."""
+
+
+class Stats:
+    """Sightings of one text in one slice: how many, first and last stamp."""
+
+    __slots__ = ("count", "first", "last")
+
+    def __init__(self, count: int, first: float, last: float) -> None:
+        self.count = count
+        self.first = first
+        self.last = last
+
+    def add(self, count: int, first: float, last: float) -> None:
+        self.count += count
+        if first < self.first:
+            self.first = first
+        if last > self.last:
+            self.last = last
+
+    def __repr__(self) -> str:
+        return f"Stats(count={self.count}, first={self.first}, last={self.last})"
+
+
+Slice = dict[int, Stats]
+
+
+class TextCatalog:
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self._lock = threading.RLock()
+        self._versions: dict[int, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._built = False
+        self._high_water = 0
+        self._holes: set[int] = set()
+        self._all: Slice = {}
+        self._by_layer: dict[str, Slice] = {}
+        self._by_episode: dict[int, Slice] = {}
+        self._by_both: dict[tuple[str, int], Slice] = {}
+        self._body_layers: set[str] = set()
+        self._body_texts: set[int] = set()
+
+    # ------------------------------------------------------------------ freshness
+    def invalidate(self) -> None:
+        """Forget everything; the next query rebuilds (call after archiving or deleting)."""
+        with self._lock:
+            self._reset()
+            self._versions.clear()
+
+    def sync(self) -> None:
+        """Bring the catalog up to date with SQLite; a few microseconds when nothing changed."""
+        conn = self._store.reader()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        key = id(conn)
+        with self._lock:
+            if self._built and self._versions.get(key) == version:
+                return
+            if not self._built:
+                self._build(conn)
+            else:
+                self._catch_up(conn)
+            self._versions[key] = version
+
+    def _build(self, conn) -> None:
+        conn.execute("BEGIN")
+        try:
+            top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
+            rows = conn.execute(
+                "SELECT text_id, layer, episode_id, source_type = ?, COUNT(*), MIN(stamp), MAX(stamp)"
+                " FROM observations WHERE text_id IS NOT NULL AND tier != 'archived' AND id <= ?"
+                " GROUP BY text_id, layer, episode_id, source_type = ?", (_BODY, top, _BODY)).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        for text_id, layer, episode, body, count, first, last in rows:
+            self._add(text_id, layer, episode, bool(body), count, first, last)
+        self._high_water = int(top)
+        self._built = True
+
+    def _catch_up(self, conn) -> None:
+        rows = conn.execute(
+            "SELECT id, text_id, layer, episode_id, source_type, stamp FROM observations"
+            " WHERE id > ? ORDER BY id", (self._high_water,)).fetchall()
+        if self._holes:
+            holes = sorted(self._holes)
+            marks = ",".join("?" * len(holes))
+            late = conn.execute(
+                "SELECT id, text_id, layer, episode_id, source_type, stamp FROM observations"
+                f" WHERE id IN ({marks})", holes).fetchall()
+            self._holes.difference_update(r[0] for r in late)
+            rows = late + rows
+        expected = self._high_water + 1
+        for obs_id, text_id, layer, episode, source_type, stamp in rows:
+            if obs_id > self._high_water:
+                if obs_id > expected and obs_id - expected <= _HOLE_WINDOW:
+                    self._holes.update(range(expected, obs_id))
+                expected = max(expected, obs_id + 1)
+            if text_id is not None:
+                self._add(text_id, layer, episode, source_type == _BODY, 1, stamp, stamp)
+        if rows:
+            self._high_water = max(self._high_water, max(r[0] for r in rows))
+        floor = self._high_water - 50 * _HOLE_WINDOW
+        self._holes = {h for h in self._holes if h > floor}
+
+    def _add(self, text_id: int, layer: str, episode: Optional[int], body: bool,
+             count: int, first: float, last: float) -> None:
+        if body:
+            self._body_layers.add(layer)
+            self._body_texts.add(text_id)
+            return
+        _bump(self._all, text_id, count, first, last)
+        _bump(self._by_layer.setdefault(layer, {}), text_id, count, first, last)
+        if episode is not None:
+            _bump(self._by_episode.setdefault(episode, {}), text_id, count, first, last)
+            _bump(self._by_both.setdefault((layer, episode), {}), text_id, count, first, last)
+
+    # ------------------------------------------------------------------ reading
+    def _slice(self, layer: Optional[str], episode: Optional[int]) -> Slice:
+        if layer and episode is not None:
+            return self._by_both.get((layer, episode), {})
+        if layer:
+            return self._by_layer.get(layer, {})
+        if episode is not None:
+            return self._by_episode.get(episode, {})
+        return self._all
+
+    def slice_ref(self, layer: Optional[str] = None, episode: Optional[int] = None) -> Slice:
+        """The live slice, for ``.get`` lookups within one call (never iterate it: use ``texts``)."""
+        with self._lock:
+            return self._slice(layer, episode)
+
+    def stats(self, text_id: int, layer: Optional[str] = None, episode: Optional[int] = None) -> Optional[Stats]:
+        """Perception/manual sightings of a text in a slice (None: never seen there)."""
+        with self._lock:
+            return self._slice(layer, episode).get(text_id)
+
+    def many(self, text_ids: Iterable[int], layer: Optional[str] = None,
+             episode: Optional[int] = None) -> dict[int, Stats]:
+        with self._lock:
+            part = self._slice(layer, episode)
+            return {t: part[t] for t in text_ids if t in part}
+
+    def texts(self, layer: Optional[str] = None, episode: Optional[int] = None) -> list[int]:
+        """Every text seen in the slice (a copy: safe to iterate while ingest goes on)."""
+        with self._lock:
+            return list(self._slice(layer, episode))
+
+    def size(self, layer: Optional[str] = None, episode: Optional[int] = None) -> int:
+        with self._lock:
+            return len(self._slice(layer, episode))
+
+    def slice_items(self, layer: Optional[str] = None, episode: Optional[int] = None) -> list[tuple[int, Stats]]:
+        with self._lock:
+            return list(self._slice(layer, episode).items())
+
+    @property
+    def layers(self) -> list[str]:
+        """Layers with perception or manual observations."""
+        with self._lock:
+            return sorted(l for l, part in self._by_layer.items() if part)
+
+    @property
+    def body_layers(self) -> list[str]:
+        with self._lock:
+            return sorted(self._body_layers)
+
+    def has_body_rows(self, text_id: int) -> bool:
+        """True when the same string was also stored as a body reading (rare)."""
+        with self._lock:
+            return text_id in self._body_texts
+
+
+def _bump(part: Slice, text_id: int, count: int, first: float, last: float) -> None:
+    stats = part.get(text_id)
+    if stats is None:
+        part[text_id] = Stats(count, first, last)
+    else:
+        stats.add(count, first, last)

@@ -1,0 +1,79 @@
+"""get_current_context: where the robot is, what is around it, what just happened, how it feels."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from emem_ros.core.types import Position
+from emem_ros.tools.body import body_status
+from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.filters import Filters
+from emem_ros.tools.knowledge import entities_near
+from emem_ros.tools.perception import area_gists, nearby_hits, timeline
+from emem_ros.tools.results import ContextResult
+
+NEARBY = 10
+RECENT = 10
+POSE_FRESHNESS = 60.0
+"""Seconds: a body reading's pose this much older than the newest observation is still 'now'."""
+
+
+def get_current_context(env: ToolEnv, radius: Any = 3.0, include_recent_minutes: Any = 5.0) -> ContextResult:
+    radius = env.positive(radius, "radius", 3.0)
+    minutes = env.positive(include_recent_minutes, "include_recent_minutes", 5.0)
+    now = env.prepare()
+    position, source = current_position(env)
+    nearby, entities, gists = [], [], []
+    if position is not None:
+        around = Filters(center=position, radius=radius)
+        nearby = nearby_hits(env, around, NEARBY, gists=False)
+        entities = entities_near(env, position, radius, 5)
+        gists = area_gists(env, around, 3)
+    recent = timeline(env, Filters(after=now - minutes * 60.0, before=now), RECENT, gists=False)
+    body = body_status(env)
+    episode = env.memory.active_episode_id
+    if episode is not None:
+        try:
+            number = int(episode.split("-")[1])
+            episode = f"{episode} '{env.store.get_episode(number).name}'"
+        except Exception:  # the name is decoration; the id is what matters
+            pass
+    return ContextResult(position, source, radius, minutes, nearby, entities, gists, recent, body, episode, now)
+
+
+def current_position(env: ToolEnv) -> tuple[Optional[Position], str]:
+    """The ROS node's live pose if it set one, else the newest observation that had a position."""
+    live = getattr(env.memory, "current_position", None)
+    if callable(live):
+        try:
+            live = live()
+        except Exception:
+            live = None
+    position = _as_position(live)
+    if position is not None:
+        return position, "odometry"
+    conn = env.store.reader()
+    newest = conn.execute(
+        "SELECT x, y, z, stamp FROM observations WHERE x IS NOT NULL ORDER BY stamp DESC LIMIT 1").fetchone()
+    if newest is None:
+        return None, "unknown"
+    # Body readings are stamped with the robot's own pose; detections may carry the object's.
+    for layer in env.catalog.body_layers:
+        pose = conn.execute("SELECT x, y, z, stamp FROM observations WHERE layer = ? AND x IS NOT NULL"
+                            " ORDER BY stamp DESC LIMIT 1", (layer,)).fetchone()
+        if pose is not None and newest[3] - pose[3] <= POSE_FRESHNESS:
+            return (pose[0], pose[1], pose[2] or 0.0), f"robot pose at the last '{layer}' reading"
+    return (newest[0], newest[1], newest[2] or 0.0), "where the last observation was made"
+
+
+def _as_position(value: Any) -> Optional[Position]:
+    if value is None:
+        return None
+    try:
+        coords = [float(c) for c in list(value)[:3]]
+    except (TypeError, ValueError):
+        return None
+    if len(coords) < 2 or not all(math.isfinite(c) for c in coords):
+        return None
+    return (coords[0], coords[1], coords[2] if len(coords) > 2 else 0.0)

@@ -1,0 +1,131 @@
+"""What every tool needs: the memory, its clock, the catalog, rankers, and argument checks."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from emem_ros.core.errors import InvalidInputError, TimeExpressionError, UnknownNodeError
+from emem_ros.core.types import NodeKind, make_id
+from emem_ros.tools.catalog import TextCatalog
+from emem_ros.tools.filters import Filters, area, episode_number
+from emem_ros.tools.ranking import GistRanker, TextRanker
+from emem_ros.tools.results import fmt_time
+
+if TYPE_CHECKING:
+    from emem_ros.memory import Memory
+
+MAX_RESULTS = 100
+
+
+class ToolEnv:
+    def __init__(self, memory: "Memory") -> None:
+        self.memory = memory
+        self.store = memory.store
+        self.catalog = TextCatalog(memory.store)
+        self.texts = TextRanker(memory.store, self.catalog)
+        self.gists = GistRanker(memory.store, self.catalog)
+
+    @property
+    def config(self):
+        return self.memory.config
+
+    def now(self) -> float:
+        return self.memory.now()
+
+    def prepare(self) -> float:
+        """Make everything added so far visible; returns the memory clock's now."""
+        self.memory.flush()
+        self.catalog.sync()
+        return self.now()
+
+    def fmt(self, stamp: float) -> str:
+        return fmt_time(stamp, self.now())
+
+    # ------------------------------------------------------------------ argument checks
+    def time(self, name: str, value: Any) -> Optional[float]:
+        try:
+            return self.memory.resolve_time(value)
+        except TimeExpressionError as exc:
+            raise TimeExpressionError(f"{name}: {exc}") from None
+
+    @staticmethod
+    def count(value: Any, name: str = "n_results", default: int = 10) -> int:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or int(value) != value:
+            raise InvalidInputError(f"{name} must be a whole number, got {value!r}")
+        if value < 1:
+            raise InvalidInputError(f"{name} must be at least 1, got {value!r}")
+        return min(int(value), MAX_RESULTS)
+
+    @staticmethod
+    def positive(value: Any, name: str, default: float) -> float:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
+        return float(value)
+
+    @staticmethod
+    def text(value: Any, name: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+        return value.strip()
+
+    @staticmethod
+    def layer(value: Any) -> Optional[str]:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise InvalidInputError(f"layer must be a layer name (a string), got {value!r}")
+        return value.strip() or None
+
+    def episode(self, value: Any) -> Optional[int]:
+        """Episode row number of an id the caller gave; unknown ids are an error, not an empty answer."""
+        if value is None or value == "":
+            return None
+        number = episode_number(value)
+        exists = self.store.reader().execute("SELECT 1 FROM episodes WHERE id = ?", (number,)).fetchone()
+        if not exists:
+            latest = self.store.list_episodes(last_n=3)
+            known = ", ".join(f"{e.id} ({e.name})" for e in latest)
+            raise UnknownNodeError(f"no episode {make_id(NodeKind.EPISODE, number)} in this memory"
+                                   + (f"; the latest are {known}" if known else "; no episode was recorded yet"))
+        return number
+
+    def filters(self, layer: Any = None, time_after: Any = None, time_before: Any = None, near_x: Any = None,
+                near_y: Any = None, spatial_radius: Any = None, episode_id: Any = None) -> Filters:
+        after, before = self.time("time_after", time_after), self.time("time_before", time_before)
+        if after is not None and before is not None and after > before:
+            raise InvalidInputError(
+                f"time_after ({fmt_time(after, self.now())}) is later than time_before "
+                f"({fmt_time(before, self.now())}); swap them")
+        center, radius = area(near_x, near_y, spatial_radius)
+        return Filters(layer=self.layer(layer), after=after, before=before, center=center, radius=radius,
+                       episode=self.episode(episode_id))
+
+    def query_vector(self, text: str) -> np.ndarray:
+        return self.memory.embed_query(text)
+
+    # ------------------------------------------------------------------ helpful notes
+    def layer_notes(self, layer: Optional[str]) -> list[str]:
+        """Why a layer filter may have matched nothing, in words a planner can act on."""
+        if not layer:
+            return []
+        known = self.catalog.layers
+        if layer in known:
+            return []
+        if layer in self.catalog.body_layers:
+            return [f"'{layer}' holds body readings; ask body_status for those"]
+        listing = ", ".join(known) if known else "none yet"
+        return [f"there is no layer '{layer}'; layers in memory: {listing}"]
+
+    def empty_notes(self, f: Filters) -> list[str]:
+        notes = self.layer_notes(f.layer)
+        if not notes and not f.empty:
+            notes.append("nothing passes the filters (" + f.describe(self.fmt) + "); try fewer filters")
+        return notes

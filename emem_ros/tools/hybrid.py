@@ -1,0 +1,168 @@
+"""Hybrid ranking: keyword (FTS5 / BM25) lists, reciprocal rank fusion, recency.
+
+Robots are queried by label ("red mug"), where exact words beat embeddings,
+and by description, where embeddings win; RRF fuses both without having to
+calibrate BM25 against cosine. Recency multiplies the fused score by an
+exponential decay, so "the mug" prefers the mug seen a minute ago.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+RRF_K = 60
+"""The usual RRF constant: ranks deep in a list still count, but little."""
+
+MAX_TOKENS = 12
+DF_BUDGET = 300
+"""Documents BM25 may score for the OR query (about 1.5 us each); rarer words are kept first."""
+DF_CEILING = 1000
+"""A word in more texts than this says little about any of them: the vector side handles it alone."""
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+STOPWORDS = frozenset(
+    "a an the and or of to in on at by for with from is are was were be been it its this that these those"
+    " there here what where when which who whom how i you we they he she me my our your their his her"
+    " do does did have has had not no any some all near into onto over under about as than then"
+    " please find show tell me seen saw see".split()
+)
+
+
+def query_tokens(text: str) -> list[str]:
+    """Lower-case word tokens without stop words (all tokens if only stop words remain)."""
+    tokens = [t for t in _TOKEN.findall(text.lower()) if len(t) > 1 or t.isdigit()]
+    kept = [t for t in tokens if t not in STOPWORDS]
+    out: list[str] = []
+    for token in kept or tokens:
+        if token not in out:
+            out.append(token)
+    return out[:MAX_TOKENS]
+
+
+def _quoted(tokens: Iterable[str]) -> list[str]:
+    return ['"' + t.replace('"', '""') + '"' for t in tokens]
+
+
+def _stem_variants(token: str) -> list[str]:
+    """Cheap guesses at the porter stem, only to look a word's frequency up."""
+    out = [token]
+    for suffix, repl in (("ies", "i"), ("es", ""), ("s", ""), ("e", ""), ("ing", ""), ("ed", ""), ("y", "i")):
+        if token.endswith(suffix) and len(token) - len(suffix) >= 3:
+            out.append(token[: len(token) - len(suffix)] + repl)
+    return out
+
+
+class KeywordIndex:
+    """BM25 over one FTS5 table (``texts_fts`` or ``gists_fts``) with a cost budget."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self._vocab = f"temp.{table}_vocab"
+
+    def _document_frequency(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
+        variants = {v: t for t in tokens for v in _stem_variants(t)}
+        sql = f"SELECT term, doc FROM {self._vocab} WHERE term IN ({','.join('?' * len(variants))})"
+        try:
+            rows = conn.execute(sql, list(variants)).fetchall()
+        except sqlite3.OperationalError:  # first use on this connection: the vocabulary view is per connection
+            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {self._vocab}"
+                         f" USING fts5vocab(main, '{self.table}', 'row')")
+            rows = conn.execute(sql, list(variants)).fetchall()
+        df = {t: 0 for t in tokens}
+        for term, doc in rows:
+            token = variants[term]
+            df[token] = max(df[token], int(doc))
+        return df
+
+    def plan(self, conn: sqlite3.Connection, query: str) -> Optional["KeywordPlan"]:
+        """The MATCH expressions for a query: all words (AND), then the affordable words (OR).
+
+        Words so common that BM25 would have to score more than DF_BUDGET
+        documents are left out of the OR expression (not out of the AND
+        one), and words in more than DF_CEILING texts out of both; the vector
+        side covers what they would add. None when no word is worth a query.
+        """
+        tokens = query_tokens(query)
+        if not tokens:
+            return None
+        df = self._document_frequency(conn, tokens)  # 0 also when the stem guess missed
+        budget, chosen = DF_BUDGET, []
+        for token in sorted(tokens, key=lambda t: df[t]):
+            if df[token] > DF_CEILING or (chosen and df[token] > budget):
+                break
+            chosen.append(token)
+            budget -= df[token]
+        # BM25 sums over the words a document holds, so when every word is affordable the OR
+        # ranking already puts all-word matches first; the AND pass is needed only otherwise,
+        # and only when it can be small (its matches are at most the rarest word's).
+        every = None
+        if len(chosen) < len(tokens) and len(tokens) > 1 and min(df.values()) <= DF_CEILING:
+            every = " AND ".join(_quoted(tokens))
+        if not chosen and every is None:
+            return None
+        return KeywordPlan(every, " OR ".join(_quoted(chosen)) if chosen else None)
+
+    def run(self, conn: sqlite3.Connection, plan: "KeywordPlan", limit: int) -> list[int]:
+        """Row ids best first: documents with every word first, then any affordable word, each by BM25."""
+        sql = (f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?"
+               f" ORDER BY bm25({self.table}) LIMIT ?")
+        found: list[int] = []
+        if plan.every:
+            found = [r[0] for r in conn.execute(sql, (plan.every, limit))]
+        if plan.any and len(found) < limit:
+            seen = set(found)
+            for (rowid,) in conn.execute(sql, (plan.any, limit + len(found))):
+                if rowid not in seen:
+                    found.append(rowid)
+                    seen.add(rowid)
+        return found[:limit]
+
+    def search(self, conn: sqlite3.Connection, query: str, limit: int) -> list[int]:
+        plan = self.plan(conn, query)
+        return self.run(conn, plan, limit) if plan is not None and limit > 0 else []
+
+
+@dataclass(frozen=True)
+class KeywordPlan:
+    every: Optional[str]
+    any: Optional[str]
+
+
+@dataclass
+class Fused:
+    key: object
+    score: float
+    similarity: Optional[float] = None
+    vector_rank: Optional[int] = None
+    keyword_rank: Optional[int] = None
+
+
+def rrf(vector: Sequence[tuple[object, float]], keyword: Sequence[object]) -> dict[object, Fused]:
+    """Reciprocal rank fusion of a (key, cosine) list and a keyword list, both best first."""
+    out: dict[object, Fused] = {}
+    for rank, (key, sim) in enumerate(vector):
+        out[key] = Fused(key, 1.0 / (RRF_K + rank + 1), similarity=sim, vector_rank=rank)
+    for rank, key in enumerate(keyword):
+        item = out.get(key)
+        if item is None:
+            out[key] = Fused(key, 1.0 / (RRF_K + rank + 1), keyword_rank=rank)
+        else:
+            item.score += 1.0 / (RRF_K + rank + 1)
+            item.keyword_rank = rank
+    return out
+
+
+MAX_FUSED = 2.0 / (RRF_K + 1)
+"""Score of an item ranked first by both lists: the scale for normalised scores."""
+
+
+def recency_factor(stamp: Optional[float], now: float, weight: float, halflife: float) -> float:
+    """1 - w + w * 2^(-age / halflife): weight 0 leaves the ranking alone."""
+    if weight <= 0 or stamp is None:
+        return 1.0
+    age = max(0.0, now - stamp)
+    return (1.0 - weight) + weight * math.pow(0.5, age / halflife)

@@ -1,0 +1,150 @@
+"""search_gists and entity_query: long-term summaries and tracked things.
+
+Gists and entities are written by consolidation; their tables are small
+(one row per cluster or per thing), so filters are plain SQL and meaning is
+hnswlib or an exact scan of the filtered rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from emem_ros.core.types import Entity, Position
+from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.filters import Filters, area
+from emem_ros.tools.ranking import fuse, gist_hit
+from emem_ros.tools.results import Hit, SearchResult, quoted
+
+ENTITY_RADIUS = 5.0
+"""Metres used when entity_query gets near_x/near_y without spatial_radius."""
+
+
+def search_gists(env: ToolEnv, query: Any, n_results: Any = 10, time_after: Any = None,
+                 time_before: Any = None) -> SearchResult:
+    query = env.text(query, "query")
+    n = env.count(n_results)
+    now = env.prepare()
+    f = env.filters(time_after=time_after, time_before=time_before)
+    hits = gist_search(env, query, f, n, now)
+    notes = []
+    if not hits:
+        total = env.store.reader().execute("SELECT COUNT(*) FROM gists").fetchone()[0]
+        notes.append("no summaries exist yet (consolidation has not run); use semantic_search"
+                     if total == 0 else "no summary passes the filters or resembles the query")
+    summary = quoted(query) + (f" ({f.describe(env.fmt)})" if not f.empty else "")
+    return SearchResult("search_gists", summary, hits, now, notes, empty="No summary matches")
+
+
+def gist_search(env: ToolEnv, query: str, f: Filters, n: int, now: float) -> list[Hit]:
+    vector = env.query_vector(query)
+    gist_v, gist_k = env.gists.rank(query, vector, f, max(2 * n, 10), env.config.similarity_floor)
+    fused = fuse([gist_v], [gist_k], now, env.config.recency_weight, env.config.recency_halflife)[:n]
+    return [gist_hit(c.gist, score=round(c.score, 4), similarity=c.similarity) for c in fused if c.gist]
+
+
+def entity_query(env: ToolEnv, name: Any = None, entity_type: Any = None, near_x: Any = None, near_y: Any = None,
+                 spatial_radius: Any = None, last_seen_after: Any = None, n_results: Any = 10) -> SearchResult:
+    n = env.count(n_results)
+    now = env.prepare()
+    if name is not None and not isinstance(name, str):
+        name = str(name)
+    if entity_type is not None and not isinstance(entity_type, str):
+        entity_type = str(entity_type)
+    center, radius = area(near_x, near_y, spatial_radius, default_radius=ENTITY_RADIUS)
+    after = env.time("last_seen_after", last_seen_after)
+    hits = entities_near(env, center, radius, n, name=name or None, entity_type=entity_type or None, after=after)
+    words = []
+    if name:
+        words.append(f"named like {quoted(name)}")
+    if entity_type:
+        words.append(f"of type '{entity_type}'")
+    if center is not None:
+        words.append(f"within {radius:g} m of ({center[0]:.1f}, {center[1]:.1f})")
+    if after is not None:
+        words.append(f"seen after {env.fmt(after)}")
+    notes = []
+    if not hits:
+        total = env.store.reader().execute("SELECT COUNT(*) FROM entities").fetchone()[0]
+        notes.append("no entities are tracked yet (consolidation creates them); try semantic_search or locate"
+                     if total == 0 else "try a broader name, no type, or a larger radius")
+    return SearchResult("entity_query", "entities " + (", ".join(words) if words else "(all)"), hits, now, notes,
+                        empty="No entities")
+
+
+def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[float], n: int,
+                  name: Optional[str] = None, entity_type: Optional[str] = None,
+                  after: Optional[float] = None) -> list[Hit]:
+    """Entities by substring of name (then by meaning), type, place and recency."""
+    where, params = ["1"], []
+    if entity_type:
+        where.append("e.entity_type = ? COLLATE NOCASE")
+        params.append(entity_type)
+    if after is not None:
+        where.append("e.last_seen >= ?")
+        params.append(after)
+    if center is not None and radius is not None:
+        cx, cy, _ = center
+        where.append("e.x BETWEEN ? AND ? AND e.y BETWEEN ? AND ?"
+                     " AND (e.x - ?) * (e.x - ?) + (e.y - ?) * (e.y - ?) <= ?")
+        params += [cx - radius, cx + radius, cy - radius, cy + radius, cx, cx, cy, cy, radius * radius]
+    conn = env.store.reader()
+    columns = ", ".join(f"e.{c.strip()}" for c in env.store.ENTITY_COLUMNS.split(","))
+    order = "e.last_seen DESC, e.sightings DESC"
+    found: dict[str, Entity] = {}
+    scores: dict[str, float] = {}
+    if name:
+        pattern = "%" + name.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = conn.execute(f"SELECT {columns} FROM entities e WHERE {' AND '.join(where)}"
+                            f" AND e.name LIKE ? ESCAPE '\\' ORDER BY {order} LIMIT ?",
+                            (*params, pattern, n)).fetchall()
+        for row in rows:
+            entity = env.store.entity_from_row(row)
+            found[entity.id] = entity
+            scores[entity.id] = 1.0
+        if len(found) < n:
+            for entity, sim in _by_meaning(env, name, " AND ".join(where), params, n):
+                if entity.id not in found:
+                    found[entity.id] = entity
+                    scores[entity.id] = sim
+    else:
+        rows = conn.execute(f"SELECT {columns} FROM entities e WHERE {' AND '.join(where)} ORDER BY {order}"
+                            f" LIMIT ?", (*params, n if center is None else max(n, 200))).fetchall()
+        for row in rows:
+            entity = env.store.entity_from_row(row)
+            found[entity.id] = entity
+    hits = [_entity_hit(e, center, scores.get(e.id)) for e in found.values()]
+    if center is not None:
+        hits.sort(key=lambda h: (h.distance if h.distance is not None else math.inf))
+    elif name:
+        hits.sort(key=lambda h: -(h.score or 0.0))
+    return hits[:n]
+
+
+def _by_meaning(env: ToolEnv, name: str, where: str, params: list, n: int) -> list[tuple[Entity, float]]:
+    index = env.store.vectors["entities"]
+    if not len(index):
+        return []
+    vector = env.query_vector(name)
+    labels, sims = index.search(vector, max(4 * n, 32))
+    floor = env.config.similarity_floor
+    pairs = [(int(l), float(s)) for l, s in zip(labels.tolist(), sims.tolist()) if s >= floor]
+    if not pairs:
+        return []
+    marks = ",".join("?" * len(pairs))
+    columns = ", ".join(f"e.{c.strip()}" for c in env.store.ENTITY_COLUMNS.split(","))
+    rows = {r[0]: r for r in env.store.reader().execute(
+        f"SELECT {columns} FROM entities e WHERE {where} AND e.id IN ({marks})",
+        (*params, *[p[0] for p in pairs])).fetchall()}
+    return [(env.store.entity_from_row(rows[l]), s) for l, s in pairs if l in rows][:n]
+
+
+def _entity_hit(entity: Entity, center: Optional[Position], score: Optional[float]) -> Hit:
+    distance = None
+    if center is not None and entity.position is not None:
+        distance = math.hypot(entity.position[0] - center[0], entity.position[1] - center[1])
+    return Hit(id=entity.id, kind="entity", text=entity.name, layer=entity.layer, position=entity.position,
+               stamp=entity.last_seen, first_stamp=entity.first_seen, count=entity.sightings,
+               radius=entity.spread, entity_type=entity.entity_type, distance=distance,
+               score=round(score, 4) if score is not None else None)
+

@@ -1,0 +1,227 @@
+"""locate and recall: where a concept is, and everything remembered around there.
+
+Averaging every match (the peer's way) puts "the red chair" halfway between
+the chair and a door that shares the word "red". Here each matching text
+weighs by its cosine similarity (sharpened, so the best match dominates) and
+by how often it was seen in each place; the places are clustered in space
+and the heaviest cluster wins. The other clusters are reported, not averaged
+in. A concept no single spot dominates (a room seen from several spots) is
+linked again at room scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from emem_ros.core.types import NodeKind, make_id
+from emem_ros.tools.aggregate import Aggregator, texts_of
+from emem_ros.tools.clusters import components
+from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.filters import Filters
+from emem_ros.tools.knowledge import entities_near, gist_search
+from emem_ros.tools.perception import area_gists, nearby_hits
+from emem_ros.tools.ranking import Candidate, fuse, text_hits
+from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
+
+LINK = 1.0
+"""Metres: evidence places closer than this belong to one spot."""
+ROOM_LINK = 2.5
+"""Metres: the wider linking used when no single spot holds most of the evidence."""
+TEMPERATURE = 0.05
+"""Cosine gap that divides a text's weight by e: the best match dominates, near-ties share."""
+MIN_RELEVANCE = 0.01
+"""Texts weighing less than this next to the best match are not read at all."""
+MAX_PLACES = 2000
+OTHER_PLACES = 4
+
+
+@dataclass
+class _Located:
+    result: LocateResult
+    ranked: list[Candidate]
+    agg: Aggregator
+
+
+def locate(env: ToolEnv, concept: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
+           time_before: Any = None) -> LocateResult:
+    concept = env.text(concept, "concept")
+    n = env.count(n_results)
+    now = env.prepare()
+    f = env.filters(layer, time_after, time_before)
+    located = _locate(env, concept, f, n, now)
+    if not located.ranked:
+        located.result.notes += env.empty_notes(f)
+    return located.result
+
+
+def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Located:
+    agg = Aggregator(env.store, env.catalog, f)
+    vector = env.query_vector(concept)
+    text_v, text_k = env.texts.rank(concept, vector, agg, max(2 * n, 10), env.config.similarity_floor,
+                                    env.texts.constraints(f, None))
+    ranked = fuse([text_v], [text_k], now, env.config.recency_weight, env.config.recency_halflife)[:n]
+    empty = LocateResult(concept, None, None, 0.0, 0, None, [], [], now)
+    if not ranked:
+        return _Located(empty, ranked, agg)
+    relevance = _relevance(env, vector, ranked)
+    evidence = _Evidence.load(env, relevance, f)
+    if evidence is None:
+        empty.evidence = text_hits(env.store, agg, ranked[:3])
+        return _Located(empty, ranked, agg)
+    labels = components(evidence.xy, LINK)
+    weight = np.bincount(labels, weights=evidence.weight)
+    if weight.max() < 0.5 * weight.sum():
+        # No spot holds most of the evidence: a room-sized concept seen from several spots
+        # ("kitchen") rather than one object; link at room scale if that gathers more.
+        wide = components(evidence.xy, ROOM_LINK)
+        wide_weight = np.bincount(wide, weights=evidence.weight)
+        if wide_weight.max() > weight.max():
+            labels, weight = wide, wide_weight
+    order = np.argsort(-weight)
+    total = float(weight.sum())
+    best = evidence.subset(labels == order[0])
+    names = texts_of(env.store, set(evidence.text_id.tolist()))
+    score = {c.key: c.score for c in ranked}
+    result = LocateResult(
+        concept=concept, position=best.centre(), radius=best.radius(env.store.cell_size),
+        confidence=round(float(weight[order[0]]) / total, 3), count=int(best.count.sum()),
+        last_stamp=float(best.last.max()), evidence=_evidence(env, best, names, score), now=now,
+        elsewhere=[_place(evidence.subset(labels == k), names, float(weight[k]) / total, env.store.cell_size)
+                   for k in order[1: 1 + OTHER_PLACES]])
+    return _Located(result, ranked, agg)
+
+
+def _relevance(env: ToolEnv, vector, ranked: list[Candidate]) -> dict[int, float]:
+    """exp((cosine - best) / T) per text: similarity decides, not rank (ranks are nearly flat under RRF).
+
+    Texts weighing under MIN_RELEVANCE cannot move the answer and are dropped before their places are read.
+    """
+    ids = [c.key for c in ranked]
+    sims = env.store.text_vectors(ids) @ vector
+    best = float(sims.max())
+    weights = {t: math.exp((float(s) - best) / TEMPERATURE) for t, s in zip(ids, sims)}
+    return {t: w for t, w in weights.items() if w >= MIN_RELEVANCE}
+
+
+@dataclass
+class _Evidence:
+    """Places of the relevant texts as arrays: position, weight, counts and times."""
+
+    text_id: np.ndarray
+    layer: np.ndarray
+    xyz: np.ndarray
+    count: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    last_obs: np.ndarray
+    weight: np.ndarray
+
+    @property
+    def xy(self) -> np.ndarray:
+        return self.xyz[:, :2]
+
+    @classmethod
+    def load(cls, env: ToolEnv, relevance: dict[int, float], f: Filters) -> Optional["_Evidence"]:
+        ids = list(relevance)
+        where, params = [f"text_id IN ({','.join('?' * len(ids))})"], list(ids)
+        if f.layer:
+            where.append("layer = ?")
+            params.append(f.layer)
+        if f.after is not None:
+            where.append("last_stamp >= ?")
+            params.append(f.after)
+        if f.before is not None:
+            where.append("first_stamp <= ?")
+            params.append(f.before)
+        rows = env.store.reader().execute(
+            "SELECT text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id FROM places"
+            f" WHERE {' AND '.join(where)}", params).fetchall()
+        if not rows:
+            return None
+        columns = list(zip(*rows))
+        count = np.asarray(columns[2], dtype=np.float64)
+        text_id = np.asarray(columns[0], dtype=np.int64)
+        xyz = np.column_stack([np.asarray(columns[i], dtype=np.float64) / count for i in (3, 4, 5)])
+        rel = np.array([relevance[t] for t in columns[0]], dtype=np.float64)
+        evidence = cls(text_id, np.asarray(columns[1], dtype=object), xyz, count,
+                       np.asarray(columns[6], dtype=np.float64), np.asarray(columns[7], dtype=np.float64),
+                       np.asarray(columns[8], dtype=np.int64), rel * (1.0 + np.log(count)))
+        if len(rows) > MAX_PLACES:
+            evidence = evidence.subset(np.argsort(-evidence.weight)[:MAX_PLACES])
+        return evidence
+
+    def subset(self, mask) -> "_Evidence":
+        return _Evidence(self.text_id[mask], self.layer[mask], self.xyz[mask], self.count[mask], self.first[mask],
+                         self.last[mask], self.last_obs[mask], self.weight[mask])
+
+    def centre(self) -> tuple[float, float, float]:
+        c = (self.xyz * self.weight[:, None]).sum(axis=0) / self.weight.sum()
+        return (round(float(c[0]), 3), round(float(c[1]), 3), round(float(c[2]), 3))
+
+    def radius(self, cell: float) -> float:
+        """Weighted RMS distance to the centre, plus half a cell (the grid's own blur)."""
+        c = np.asarray(self.centre()[:2])
+        spread = float((self.weight * ((self.xy - c) ** 2).sum(axis=1)).sum() / self.weight.sum())
+        return round(math.sqrt(spread) + cell / 2, 2)
+
+
+def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: dict[int, float]) -> list[Hit]:
+    """One hit per text (and layer) in the winning cluster: where it was seen there, how often, how lately."""
+    groups: dict[tuple[int, str], np.ndarray] = {}
+    for key in set(zip(cluster.text_id.tolist(), cluster.layer.tolist())):
+        groups[key] = (cluster.text_id == key[0]) & (cluster.layer == key[1])
+    newest = {key: int(cluster.last_obs[mask][np.argmax(cluster.last[mask])]) for key, mask in groups.items()}
+    marks = ",".join("?" * len(newest))
+    episodes = dict(env.store.reader().execute(
+        f"SELECT id, episode_id FROM observations WHERE id IN ({marks})", list(newest.values())).fetchall())
+    hits = []
+    for (text_id, layer), mask in groups.items():
+        count = cluster.count[mask]
+        position = (cluster.xyz[mask] * count[:, None]).sum(axis=0) / count.sum()
+        obs_id = newest[(text_id, layer)]
+        episode = episodes.get(obs_id)
+        hits.append(Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=names.get(text_id, ""),
+                        layer=layer, position=tuple(round(float(v), 3) for v in position),  # type: ignore
+                        stamp=float(cluster.last[mask].max()), first_stamp=float(cluster.first[mask].min()),
+                        score=round(score.get(text_id, 0.0), 4), count=int(count.sum()),
+                        episode_id=make_id(NodeKind.EPISODE, episode) if episode is not None else None))
+    hits.sort(key=lambda h: (-(h.score or 0.0), -h.count))
+    return hits[:5]
+
+
+def _place(cluster: _Evidence, names: dict[int, str], share: float, cell: float) -> PlaceCluster:
+    label = int(cluster.text_id[np.argmax(cluster.weight)])
+    return PlaceCluster(position=cluster.centre(), radius=cluster.radius(cell), weight=round(share, 3),
+                        count=int(cluster.count.sum()), last_stamp=float(cluster.last.max()),
+                        label=names.get(label, ""))
+
+
+def recall(env: ToolEnv, query: Any, n_results: Any = 10, radius_multiplier: Any = 1.5) -> RecallResult:
+    """Locate the concept, then gather what is around it: observations, summaries, entities."""
+    query = env.text(query, "query")
+    n = env.count(n_results)
+    multiplier = env.positive(radius_multiplier, "radius_multiplier", 1.5)
+    now = env.prepare()
+    located = _locate(env, query, Filters(), n, now)
+    matches = text_hits(env.store, located.agg, located.ranked[: min(n, 5)])
+    where = located.result
+    if where.position is None or where.radius is None:
+        gists = gist_search(env, query, Filters(), 3, now)
+        entities = entities_near(env, None, None, 3, name=query)
+        notes = [] if (matches or gists or entities) else ["nothing in memory resembles this query"]
+        return RecallResult(query, None, None, matches, [], gists, entities, now, notes)
+    radius = round(max(where.radius * multiplier, 2.0), 2)
+    around = Filters(center=where.position, radius=radius)
+    nearby = nearby_hits(env, around, n, gists=False)
+    gists = area_gists(env, around, 3)
+    entities = entities_near(env, where.position, radius, min(n, 5))
+    notes = []
+    if where.elsewhere:
+        places = "; ".join(f"({p.position[0]:.1f}, {p.position[1]:.1f}) \"{p.label}\"" for p in where.elsewhere)
+        notes.append(f"also seen elsewhere (use locate for details): {places}")
+    return RecallResult(query, where.position, radius, matches, nearby, gists, entities, now, notes)
+

@@ -1,0 +1,332 @@
+"""semantic_search, spatial_query, temporal_query: what was perceived, by meaning, place, time.
+
+None of them ever returns interoception; repeated texts collapse into one hit
+with a count; archived observations are skipped (their gists stand in).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.types import NodeKind, Position, SourceType, make_id
+from emem_ros.tools.aggregate import Aggregator, AreaIndex, places_by_id, places_of_texts_near, texts_of, within
+from emem_ros.tools.clusters import Group, group_places
+from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.filters import Filters
+from emem_ros.tools.filters import area as make_area
+from emem_ros.tools.ranking import fuse, gist_hit, text_hits_by_key
+from emem_ros.tools.results import Hit, SearchResult, quoted
+
+_BODY = SourceType.INTEROCEPTION.value
+SCAN_CHUNK = 512
+SCAN_LIMIT = 8192
+"""Rows a temporal scan reads before it completes the answer from the catalog instead."""
+NEAREST_FIRST = 64
+"""Places read first around a point; more only while too few pass the filters."""
+MAX_NEAREST = 4096
+SEEK_TEXTS = 256
+"""A filter allowing at most this many texts is answered by seeking each text's nearby places."""
+
+
+# ---------------------------------------------------------------------- semantic search
+def semantic_search(env: ToolEnv, query: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
+                    time_before: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
+                    episode_id: Any = None) -> SearchResult:
+    query = env.text(query, "query")
+    n = env.count(n_results)
+    now = env.prepare()
+    f = env.filters(layer, time_after, time_before, near_x, near_y, spatial_radius, episode_id)
+    hits = ranked_hits(env, query, f, n, now)
+    summary = quoted(query) + (f" ({f.describe(env.fmt)})" if not f.empty else "")
+    return SearchResult("semantic_search", summary, hits, now, [] if hits else env.empty_notes(f),
+                        empty="Nothing remembered matches")
+
+
+def ranked_hits(env: ToolEnv, query: str, f: Filters, n: int, now: float, gists: bool = True) -> list[Hit]:
+    """Texts and gists fused by RRF (with recency), as hits, best first."""
+    area = AreaIndex.build(env.store, env.catalog, f.center, f.radius, f.layer) if f.spatial else None
+    agg = Aggregator(env.store, env.catalog, f, area)
+    vector = env.query_vector(query)
+    floor, want = env.config.similarity_floor, n + max(5, n // 2)
+    text_v, text_k = env.texts.rank(query, vector, agg, want, floor, env.texts.constraints(f, area))
+    gist_v, gist_k = env.gists.rank(query, vector, f, n, floor) if gists else ([], [])
+    fused = fuse([text_v, gist_v], [text_k, gist_k], now, env.config.recency_weight, env.config.recency_halflife)
+    chosen = fused[: n + 3]
+    made = text_hits_by_key(env.store, agg, chosen)
+    hits: list[Hit] = []
+    for c in chosen:
+        if c.kind == "gist" and c.gist is not None:
+            hits.append(gist_hit(c.gist, score=round(c.score, 4), similarity=c.similarity))
+        elif c.key in made:
+            hits.append(made[c.key])
+    return hits[:n]
+
+
+# ---------------------------------------------------------------------- spatial query
+def spatial_query(env: ToolEnv, x: Any, y: Any, z: Any = 0.0, radius: Any = 2.0, layer: Any = None,
+                  time_after: Any = None, time_before: Any = None, n_results: Any = 10) -> SearchResult:
+    n = env.count(n_results)
+    radius = env.positive(radius, "radius", 2.0)
+    center, _ = make_area(x, y, radius, z)
+    assert center is not None
+    now = env.prepare()
+    f = env.filters(layer, time_after, time_before)
+    f = Filters(layer=f.layer, after=f.after, before=f.before, center=center, radius=radius)
+    hits = nearby_hits(env, f, n, three_d=abs(center[2]) > 1e-9)
+    summary = f"within {radius:g} m of ({center[0]:.1f}, {center[1]:.1f})"
+    rest = Filters(layer=f.layer, after=f.after, before=f.before)
+    if not rest.empty:
+        summary += f" ({rest.describe(env.fmt)})"
+    return SearchResult("spatial_query", summary, hits, now,
+                        [] if hits else env.layer_notes(f.layer), empty="Nothing remembered")
+
+
+def nearby_hits(env: ToolEnv, f: Filters, n: int, three_d: bool = False, gists: bool = True) -> list[Hit]:
+    """Things seen in the filter's circle, nearest first, one hit per text and spot."""
+    assert f.center is not None and f.radius is not None
+    places = [p for p in _places_near(env, f, n, three_d) if f.overlaps(p.first_stamp, p.last_stamp)]
+    groups = group_places(places)
+    ranked = sorted(((_distance(g.centroid, f.center, three_d), -g.last, i) for i, g in enumerate(groups)))
+    ordered = [groups[i] for _, _, i in ranked]
+    names = texts_of(env.store, {g.text_id for g in ordered[: 4 * n]})
+    hits: list[Hit] = []
+    for (d, _, _), g in zip(ranked, ordered):
+        if len(hits) >= n:
+            break
+        made = _group_hit(env, g, f, names.get(g.text_id, ""), d)
+        if made is not None:
+            hits.append(made)
+    if gists and len(hits) < n:
+        hits += area_gists(env, f, n - len(hits))
+    return hits
+
+
+def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> list:
+    """The places of the n nearest things that pass the filters.
+
+    A dense area can hold thousands of places. When the filters name few
+    texts (a small layer, a short window), those texts' places are sought
+    in the (text, layer, cell) index; otherwise places are read nearest
+    first from the R-tree, a few dozen at a time, until n things pass.
+    """
+    assert f.center is not None and f.radius is not None
+    layers = [f.layer] if f.layer else env.catalog.layers
+    few = _few_texts(env, f)
+    if few is not None:
+        return places_of_texts_near(env.store, few, f.center, f.radius, layers, three_d)
+    k = max(8 * n, NEAREST_FIRST)
+    while True:
+        ids = env.store.place_ids_nearest(f.center, k, three_d)
+        fetched = places_by_id(env.store, ids.tolist())
+        inside = within(fetched, f.center, f.radius, three_d)
+        passing = [p for p in inside
+                   if (not f.layer or p.layer == f.layer) and f.overlaps(p.first_stamp, p.last_stamp)]
+        passing.sort(key=lambda p: _distance(p.centroid, f.center, three_d))  # the R-tree does not sort
+        found = list(dict.fromkeys(p.text_id for p in passing))
+        if len(ids) < k or len(inside) < len(fetched) and len(found) < n:
+            return places_of_texts_near(env.store, found, f.center, f.radius, layers, three_d)
+        if len(found) >= n:
+            # The R-tree returns whole cells nearest first (ties included), so every place not read
+            # lies farther than the farthest cell read; up to one cell of slack is accepted.
+            nth = _distance(next(p for p in passing if p.text_id == found[n - 1]).centroid, f.center, three_d)
+            reach = max(_cell_distance(p.centroid, f.center, env.store.cell_size, three_d) for p in fetched)
+            if nth <= reach + env.store.cell_size:
+                return places_of_texts_near(env.store, found[:n], f.center, f.radius, layers, three_d)
+        if k >= MAX_NEAREST:
+            texts = env.catalog.texts(f.layer)
+            return places_of_texts_near(env.store, texts, f.center, f.radius, layers, three_d)
+        k *= 4
+
+
+def _distance(a: Position, b: Position, three_d: bool) -> float:
+    return math.sqrt((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2 + ((a[2] - b[2]) ** 2 if three_d else 0.0))
+
+
+def _cell_distance(point: Position, center: Position, cell: float, three_d: bool) -> float:
+    """Distance from ``center`` to the grid cell holding ``point``."""
+    total = 0.0
+    for axis in range(3 if three_d else 2):
+        low = math.floor(point[axis] / cell) * cell
+        gap = max(low - center[axis], 0.0, center[axis] - (low + cell))
+        total += gap * gap
+    return math.sqrt(total)
+
+
+def _few_texts(env: ToolEnv, f: Filters) -> Optional[list[int]]:
+    """The texts a selective filter allows, when they are few enough to seek one by one."""
+    options = []
+    if f.layer and env.catalog.size(f.layer) <= SEEK_TEXTS:
+        options.append(env.catalog.texts(f.layer))
+    if f.timed:
+        listed = env.texts.window_texts(f)
+        if listed is not None and len(listed) <= SEEK_TEXTS:
+            options.append(listed)
+    return min(options, key=len) if options else None
+
+
+def _group_hit(env: ToolEnv, g: Group, f: Filters, text: str, distance: float) -> Optional[Hit]:
+    """One thing seen around one spot; a time window that cuts its places is counted in SQL."""
+    count, exact, first, last = g.count, True, g.first, g.last
+    obs_id = g.newest.last_obs_id
+    if f.timed and not f.covers(first, last):
+        xs = [p.centroid[0] for p in g.places]
+        ys = [p.centroid[1] for p in g.places]
+        half = env.store.cell_size
+        lo, hi = max(f.lo, first), min(f.hi, last)
+        row = env.store.reader().execute(
+            "SELECT COUNT(*), MIN(stamp), MAX(stamp) FROM (SELECT stamp FROM observations WHERE text_id = ?"
+            " AND stamp BETWEEN ? AND ? AND layer = ? AND source_type != ? AND x BETWEEN ? AND ?"
+            " AND y BETWEEN ? AND ? ORDER BY stamp DESC LIMIT 1001)",
+            (g.text_id, lo, hi, g.layer, _BODY, min(xs) - half, max(xs) + half, min(ys) - half,
+             max(ys) + half)).fetchone()
+        if not row[0]:
+            return None
+        count, exact, first, last = min(row[0], 1000), row[0] <= 1000, row[1] if row[0] <= 1000 else None, row[2]
+        newest = env.store.reader().execute(
+            "SELECT id FROM observations WHERE text_id = ? AND stamp = ? AND layer = ? LIMIT 1",
+            (g.text_id, last, g.layer)).fetchone()
+        obs_id = newest[0] if newest else obs_id
+    rep = env.store.reader().execute(
+        "SELECT episode_id, tier FROM observations WHERE id = ?", (obs_id,)).fetchone()
+    if rep is None or rep[1] == "archived":
+        return None
+    return Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=text, layer=g.layer,
+               position=tuple(round(c, 3) for c in g.centroid), stamp=last, first_stamp=first,  # type: ignore
+               episode_id=make_id(NodeKind.EPISODE, rep[0]) if rep[0] is not None else None,
+               count=count, count_is_lower_bound=not exact, distance=distance)
+
+
+def area_gists(env: ToolEnv, f: Filters, n: int) -> list[Hit]:
+    """Summaries whose area touches the circle (they stand in for archived observations)."""
+    where, params = env.gists.predicates(f)
+    rows = env.store.reader().execute(
+        f"SELECT g.id FROM gists g WHERE {where} ORDER BY g.time_end DESC LIMIT ?", (*params, n)).fetchall()
+    gists = [g for g in env.store.get_gists([r[0] for r in rows]) if not env.gists.is_body_only(g)]
+    out = []
+    for g in gists:
+        d = None
+        if g.centroid is not None and f.center is not None:
+            d = math.hypot(g.centroid[0] - f.center[0], g.centroid[1] - f.center[1])
+        out.append(gist_hit(g, distance=d))
+    return out
+
+
+# ---------------------------------------------------------------------- temporal query
+def temporal_query(env: ToolEnv, time_after: Any = None, time_before: Any = None, last_n_minutes: Any = None,
+                   layer: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
+                   order: Any = "newest", n_results: Any = 10) -> SearchResult:
+    n = env.count(n_results)
+    order = _order(order)
+    now = env.prepare()
+    f = env.filters(layer, time_after, time_before, near_x, near_y, spatial_radius)
+    if last_n_minutes is not None:
+        minutes = env.positive(last_n_minutes, "last_n_minutes", 5.0)
+        start = now - minutes * 60.0
+        f = Filters(layer=f.layer, after=max(start, f.lo), before=f.before if f.before is not None else now,
+                    center=f.center, radius=f.radius)
+    hits = timeline(env, f, n, order)
+    summary = f.describe(env.fmt) or "all time"
+    summary = f"{summary}, {order} first"
+    return SearchResult("temporal_query", summary, hits, now, [] if hits else env.empty_notes(f),
+                        empty="Nothing observed")
+
+
+def _order(value: Any) -> str:
+    if value is None:
+        return "newest"
+    text = str(value).strip().lower()
+    if text in ("newest", "desc", "latest", "recent"):
+        return "newest"
+    if text in ("oldest", "asc", "earliest"):
+        return "oldest"
+    raise InvalidInputError(f"order must be 'newest' or 'oldest', got {value!r}")
+
+
+def timeline(env: ToolEnv, f: Filters, n: int, order: str = "newest", gists: bool = True) -> list[Hit]:
+    """Distinct things seen in the window, by their newest (or first) sighting in it."""
+    newest = order == "newest"
+    groups = _scan_window(env, f, n, newest)
+    agg = Aggregator(env.store, env.catalog, Filters(layer=f.layer, after=f.after, before=f.before,
+                                                     center=f.center, radius=f.radius))
+    names = texts_of(env.store, list(groups))
+    hits: list[Hit] = []
+    for text_id, (obs_id, stamp, layer, pos, episode, seen_first) in groups.items():
+        full = agg.get(text_id, count=True)
+        count, exact, first = (full.count, full.exact, full.first) if full is not None else (1, False, None)
+        hits.append(Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=names.get(text_id, ""),
+                        layer=layer, position=pos, stamp=full.last if full is not None else stamp,
+                        first_stamp=first if first is not None else (seen_first if not newest else None),
+                        episode_id=make_id(NodeKind.EPISODE, episode) if episode is not None else None,
+                        count=count, count_is_lower_bound=not exact))
+    if not newest:
+        hits.sort(key=lambda h: (h.first_stamp if h.first_stamp is not None else h.stamp or 0.0))
+    if gists and len(hits) < n:
+        hits += _window_gists(env, f, n - len(hits), newest)
+    return hits[:n]
+
+
+def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tuple]:
+    """Read the window newest-first (or oldest-first) in chunks until n distinct texts are found."""
+    where, params = f.sql("o", time=False, episode=False)
+    lo, hi = max(f.lo, -1e300), min(f.hi, 1e300)
+    direction = "DESC" if newest else "ASC"
+    cmp = "<" if newest else ">"
+    groups: dict[int, tuple] = {}
+    conn = env.store.reader()
+    cursor: Optional[tuple[float, int]] = None
+    scanned = 0
+    while len(groups) < n and scanned < SCAN_LIMIT:
+        page = ""
+        page_params: list[Any] = []
+        if cursor is not None:
+            page = f" AND (o.stamp {cmp} ? OR (o.stamp = ? AND o.id {cmp} ?))"
+            page_params = [cursor[0], cursor[0], cursor[1]]
+        rows = conn.execute(
+            "SELECT o.id, o.text_id, o.stamp, o.layer, o.x, o.y, o.z, o.episode_id FROM observations o"
+            f" WHERE o.stamp BETWEEN ? AND ? AND {where} AND o.source_type != ? AND o.text_id IS NOT NULL"
+            f" AND o.tier != 'archived'{page} ORDER BY o.stamp {direction}, o.id {direction} LIMIT ?",
+            (lo, hi, *params, _BODY, *page_params, SCAN_CHUNK)).fetchall()
+        for obs_id, text_id, stamp, layer, x, y, z, episode in rows:
+            if text_id not in groups:
+                groups[text_id] = (obs_id, stamp, layer, (x, y, z) if x is not None else None, episode, stamp)
+                if len(groups) >= n:
+                    break
+        scanned += len(rows)
+        if len(rows) < SCAN_CHUNK:
+            return groups
+        cursor = (rows[-1][2], rows[-1][0])
+    if len(groups) < n and scanned >= SCAN_LIMIT:
+        _complete_from_catalog(env, f, n, newest, groups)
+    return groups
+
+
+def _complete_from_catalog(env: ToolEnv, f: Filters, n: int, newest: bool, groups: dict[int, tuple]) -> None:
+    """A window flooded by one repeated text: find the other texts through the catalog instead."""
+    agg = Aggregator(env.store, env.catalog, Filters(layer=f.layer, after=f.after, before=f.before,
+                                                     center=f.center, radius=f.radius))
+    found = []
+    for text_id, stats in env.catalog.slice_items(f.layer):
+        if text_id in groups or not f.overlaps(stats.first, stats.last):
+            continue
+        hit = agg.get(text_id, count=False)
+        if hit is not None:
+            # newest: its last sighting in the window; oldest: a lower bound of its first one there
+            found.append((hit.last if newest else max(stats.first, f.lo), text_id, hit))
+    found.sort(key=lambda item: item[0], reverse=newest)
+    chosen = found[: n - len(groups)]
+    reps = agg.representatives([hit for _, _, hit in chosen])
+    for _, text_id, _ in chosen:
+        rep = reps.get(text_id)
+        if rep is not None:
+            groups[text_id] = (rep.obs_id, rep.stamp, rep.layer, rep.position, rep.episode, rep.stamp)
+
+
+def _window_gists(env: ToolEnv, f: Filters, n: int, newest: bool) -> list[Hit]:
+    where, params = env.gists.predicates(Filters(layer=f.layer, after=f.after, before=f.before,
+                                                 center=f.center, radius=f.radius))
+    rows = env.store.reader().execute(
+        f"SELECT g.id FROM gists g WHERE {where} ORDER BY g.time_end {'DESC' if newest else 'ASC'} LIMIT ?",
+        (*params, n)).fetchall()
+    return [gist_hit(g) for g in env.store.get_gists([r[0] for r in rows]) if not env.gists.is_body_only(g)]
