@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from test.test_consolidation_support import age_past_window, gist_rows, open_memory
 
@@ -14,29 +13,31 @@ def _visit(memory, t0: float, x: float, labels=("red mug", "table"), n: int = 40
                    source_type="perception", metadata={"class_id": labels[i % len(labels)]})
 
 
-class SlowSummaries:
-    """An LLM stand-in (``complete``) that takes its time, to prove nobody waits for it."""
+class GatedSummaries:
+    """An LLM stand-in (``complete``) that answers only when the test opens its gate."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self) -> None:
+        self.gate = threading.Event()
         self.threads: set[str] = set()
+        self.answered = 0
 
     def complete(self, prompt: str, *, system=None) -> str:
         self.threads.add(threading.current_thread().name)
-        time.sleep(self.seconds)
+        self.gate.wait(10.0)
+        self.answered += 1
         return "The robot saw a red mug on a table."
 
 
 def test_end_episode_returns_at_once_and_consolidates_in_the_background(tmp_path, clock):
-    llm = SlowSummaries(0.3)
+    llm = GatedSummaries()
     memory = open_memory(tmp_path / "m.db", clock, llm=llm)
     episode = memory.start_episode("fetch mug", goal="bring the red mug")
     _visit(memory, clock.now, 1.0)
     _visit(memory, clock.now + 100, 9.0, labels=("sofa",))
     clock.now += 200
-    started = time.perf_counter()
     assert memory.end_episode(result="mug delivered", reflection="the kitchen was dark", success=True) == episode
-    assert time.perf_counter() - started < 0.25, "end_episode must not wait for the LLM"
+    assert llm.answered == 0, "end_episode returned before the LLM answered: it does not wait for it"
+    llm.gate.set()
     assert memory.wait_for_consolidation(10.0)
     assert llm.threads == {"emem-consolidation"}, "LLM calls run on the worker only"
 

@@ -1,6 +1,5 @@
 """Ingestion through the facade: interning, positions, validation, episodes."""
 
-import math
 
 import numpy as np
 import pytest

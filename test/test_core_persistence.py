@@ -10,7 +10,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from emem_ros import Memory, MemoryConfig

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -142,32 +141,6 @@ def test_time_and_hit_rendering():
     line = hit.line(1_763_800_010.0)
     assert line.startswith('[detections] "a "quoted" mug" ×3 at (1.0, 2.0) last ')
     assert line.endswith("— obs-7, ep-1, match 0.50")
-
-
-def test_every_tool_stays_fast_on_the_scene(tmp_path):
-    """A loose guard against accidental per-observation loops (the benchmarks measure properly)."""
-    from test.support.scene import scene_memory
-
-    memory, _, scene = scene_memory(tmp_path)
-    try:
-        memory.tools.warm()
-        calls = [lambda: memory.semantic_search("red chair", layer="detections"),
-                 lambda: memory.semantic_search("chair", episode_id=scene.episodes["office"].id),
-                 lambda: memory.spatial_query(3.0, 3.0, radius=3.0),
-                 lambda: memory.temporal_query(last_n_minutes=10),
-                 lambda: memory.locate("blue table"), lambda: memory.recall("kitchen"),
-                 lambda: memory.get_current_context(), lambda: memory.body_status(),
-                 lambda: memory.episode_summary(last_n=3)]
-        for call in calls:
-            call()
-            times = []
-            for _ in range(5):
-                started = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - started)
-            assert sorted(times)[2] < 0.05, (call, times)
-    finally:
-        memory.close()
 
 
 def test_hit_distance_and_gist_lines():

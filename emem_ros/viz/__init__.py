@@ -1,0 +1,1 @@
+"""Pictures of a memory file (matplotlib, headless)."""

@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""Write the bundled patrol bags and their ground truth (deterministic: same seed, same bytes).
+
+A differential-drive robot patrols a small flat (kitchen, hallway, living
+room, office) three times, stopping at look-out points to turn once on the
+spot. Everything it "perceives" is computed from a known world, so a replay
+can be checked against ``ground_truth.json``: where each object is, which
+room the robot was in when, what it saw there, and when the battery fell
+below given levels.
+
+    python rosbags/generate.py --out rosbags        (or: make bags)
+
+writes ``patrol_db3/`` (sqlite3 storage, zstd per message, as ``ros2 bag
+record --compression-mode message`` does) and ``patrol_mcap/`` (mcap, zstd
+chunks) with the same messages, plus ``ground_truth.json``. Topics and types
+match the layers of config/memory.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from rosbags.rosbag2 import Writer
+from rosbags.rosbag2.enums import CompressionFormat, CompressionMode, StoragePlugin
+
+from emem_ros.replay.typestore import load_typestore
+
+SEED = 20250314
+START = 1_741_942_800.0
+"""2025-03-14 09:00:00 UTC: bag time starts here."""
+START_NS = 1_741_942_800 * 1_000_000_000
+FRAME = "odom"
+DT = 0.1
+"""Simulation step and odometry period (10 Hz)."""
+SPEED = 0.5
+"""m/s while driving."""
+TURN_RATE = 1.0
+"""rad/s when turning towards the next waypoint."""
+LOOK_RATE = 0.5
+"""rad/s during a look-around (one full turn, about 12.6 s)."""
+LAPS = 3
+BATTERY_START = 0.82
+BATTERY_DRAIN = 0.0005
+"""Charge fraction per second: demo-fast, so a 13-minute bag crosses several levels."""
+BATTERY_LEVELS = (0.8, 0.7, 0.6, 0.5)
+WARN_WINDOW = (400.0, 460.0)
+"""Seconds after START during which the left motor reports a WARN."""
+
+CAMERA_FOV = math.radians(40.0)
+"""Half-angle of the camera's view."""
+RANGE_2D = 6.0
+RANGE_3D = 4.5
+IMAGE_W, IMAGE_H, FOCAL = 640, 480, 320.0
+
+
+# ---------------------------------------------------------------------- the world
+@dataclass(frozen=True)
+class Room:
+    name: str
+    lo: tuple[float, float]
+    hi: tuple[float, float]
+
+    def contains(self, x: float, y: float) -> bool:
+        return self.lo[0] <= x <= self.hi[0] and self.lo[1] <= y <= self.hi[1]
+
+    @property
+    def center(self) -> tuple[float, float]:
+        return ((self.lo[0] + self.hi[0]) / 2, (self.lo[1] + self.hi[1]) / 2)
+
+
+@dataclass(frozen=True)
+class Thing:
+    name: str
+    x: float
+    y: float
+    z: float
+    size: tuple[float, float, float]
+    also: Optional[str] = None
+    """A second, weaker hypothesis the detector sometimes gives ("cup" for a mug)."""
+
+
+ROOMS = (  # the hallway first: door thresholds on shared walls count as hallway
+    Room("hallway", (6.0, 0.0), (8.0, 16.0)),
+    Room("kitchen", (0.0, 0.0), (6.0, 6.0)),
+    Room("living room", (8.0, 0.0), (16.0, 7.0)),
+    Room("office", (8.0, 9.0), (14.0, 16.0)),
+)
+
+THINGS = (
+    Thing("red mug", 1.0, 4.6, 0.9, (0.09, 0.09, 0.1), also="cup"),
+    Thing("coffee machine", 0.6, 1.2, 0.95, (0.3, 0.4, 0.45)),
+    Thing("fridge", 4.8, 5.5, 0.9, (0.7, 0.7, 1.8)),
+    Thing("sofa", 13.5, 6.2, 0.45, (2.2, 0.9, 0.8), also="couch"),
+    Thing("television", 15.4, 2.0, 1.0, (0.1, 1.2, 0.7)),
+    Thing("potted plant", 9.0, 6.3, 0.5, (0.5, 0.5, 1.0)),
+    Thing("laptop", 12.6, 14.8, 0.78, (0.35, 0.25, 0.03)),
+    Thing("blue mug", 13.2, 14.4, 0.8, (0.09, 0.09, 0.1), also="cup"),
+    Thing("bookshelf", 9.0, 15.4, 1.0, (1.2, 0.4, 2.0)),
+    Thing("coat rack", 6.5, 15.4, 1.0, (0.5, 0.5, 1.8)),
+    Thing("fire extinguisher", 7.7, 8.0, 0.3, (0.2, 0.2, 0.6)),
+)
+
+LOOK = True
+LAP: tuple[tuple[float, float, bool], ...] = (
+    (7.0, 2.0, False),
+    (6.8, 3.0, False), (4.5, 3.0, LOOK), (2.2, 2.0, LOOK), (2.0, 4.2, LOOK), (4.5, 3.0, False), (6.8, 3.0, False),
+    (7.2, 3.5, False), (9.5, 3.5, False), (11.5, 3.0, LOOK), (13.5, 4.5, LOOK), (9.5, 3.5, False),
+    (7.2, 3.5, False),
+    (7.0, 8.0, LOOK), (7.0, 12.5, False), (9.5, 12.5, False), (11.0, 12.0, LOOK), (11.5, 14.0, LOOK),
+    (9.5, 12.5, False), (7.0, 12.5, False),
+    (7.0, 14.8, LOOK), (7.0, 2.0, False),
+)
+
+ROOM_WORDS = {"kitchen": "a kitchen", "hallway": "a hallway", "living room": "a living room", "office": "an office"}
+
+
+def room_of(x: float, y: float) -> str:
+    for room in ROOMS:
+        if room.contains(x, y):
+            return room.name
+    raise AssertionError(f"({x:.2f}, {y:.2f}) is outside every room")
+
+
+# ---------------------------------------------------------------------- the robot
+@dataclass
+class Pose:
+    t: float
+    x: float
+    y: float
+    yaw: float
+    v: float
+    w: float
+
+
+def wrap(angle: float) -> float:
+    return (angle + math.pi) % (2 * math.pi) - math.pi
+
+
+def drive(laps: int = LAPS) -> list[Pose]:
+    """The robot's pose every DT seconds: turn to the waypoint, drive, look around where told."""
+    x, y, yaw = LAP[0][0], LAP[0][1], math.pi / 2
+    t = 0.0
+    poses = [Pose(t, x, y, yaw, 0.0, 0.0)]
+
+    def step(nx: float, ny: float, nyaw: float, v: float, w: float) -> None:
+        nonlocal x, y, yaw, t
+        t = round(t + DT, 6)
+        x, y, yaw = nx, ny, wrap(nyaw)
+        poses.append(Pose(t, x, y, yaw, v, w))
+
+    route = [p for _ in range(laps) for p in LAP[1:]]
+    for tx, ty, look in route:
+        heading = math.atan2(ty - y, tx - x)
+        while abs(wrap(heading - yaw)) > TURN_RATE * DT:
+            w = math.copysign(TURN_RATE, wrap(heading - yaw))
+            step(x, y, yaw + w * DT, 0.0, w)
+        yaw = heading
+        while math.hypot(tx - x, ty - y) > SPEED * DT:
+            step(x + SPEED * DT * math.cos(yaw), y + SPEED * DT * math.sin(yaw), yaw, SPEED, 0.0)
+        x, y = tx, ty
+        if look:
+            turned = 0.0
+            while turned < 2 * math.pi:
+                step(x, y, yaw + LOOK_RATE * DT, 0.0, LOOK_RATE)
+                turned += LOOK_RATE * DT
+    return poses
+
+
+def in_view(pose: Pose, thing: Thing, max_range: float) -> Optional[tuple[float, float]]:
+    """(distance, bearing) when the camera sees ``thing``: same room, in the field of view, in range."""
+    if room_of(pose.x, pose.y) != room_of(thing.x, thing.y):
+        return None
+    dx, dy = thing.x - pose.x, thing.y - pose.y
+    distance = math.hypot(dx, dy)
+    bearing = wrap(math.atan2(dy, dx) - pose.yaw)
+    if distance > max_range or abs(bearing) > CAMERA_FOV or distance < 0.2:
+        return None
+    return distance, bearing
+
+
+# ---------------------------------------------------------------------- messages
+@dataclass
+class Topic:
+    name: str
+    msgtype: str
+    messages: list[tuple[int, Any]] = field(default_factory=list)
+    """(bag time in ns, message object)."""
+
+
+class Messages:
+    """Builds rosbags message objects from a typestore (attribute names as in ROS 2)."""
+
+    def __init__(self, store: Any) -> None:
+        self.T = store.types
+
+    def time(self, t: float) -> Any:
+        ns = START_NS + int(round(t * 1e9))
+        return self.T["builtin_interfaces/msg/Time"](sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+    def header(self, t: float, frame: str) -> Any:
+        return self.T["std_msgs/msg/Header"](stamp=self.time(t), frame_id=frame)
+
+    def vec3(self, x: float = 0.0, y: float = 0.0, z: float = 0.0) -> Any:
+        return self.T["geometry_msgs/msg/Vector3"](x=x, y=y, z=z)
+
+    def pose(self, x: float, y: float, z: float, yaw: float = 0.0) -> Any:
+        T = self.T
+        return T["geometry_msgs/msg/Pose"](
+            position=T["geometry_msgs/msg/Point"](x=x, y=y, z=z),
+            orientation=T["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2)))
+
+    def pose_cov(self, x: float, y: float, z: float, yaw: float = 0.0, sigma: float = 0.0) -> Any:
+        covariance = np.zeros(36, dtype=np.float64)
+        covariance[0] = covariance[7] = covariance[14] = sigma * sigma
+        return self.T["geometry_msgs/msg/PoseWithCovariance"](pose=self.pose(x, y, z, yaw), covariance=covariance)
+
+    def odometry(self, p: Pose) -> Any:
+        T = self.T
+        twist = T["geometry_msgs/msg/Twist"](linear=self.vec3(p.v), angular=self.vec3(z=p.w))
+        return T["nav_msgs/msg/Odometry"](
+            header=self.header(p.t, FRAME), child_frame_id="base_link", pose=self.pose_cov(p.x, p.y, 0.0, p.yaw),
+            twist=T["geometry_msgs/msg/TwistWithCovariance"](twist=twist, covariance=np.zeros(36)))
+
+    def hypothesis(self, class_id: str, score: float, at: Optional[tuple[float, float, float]] = None) -> Any:
+        T = self.T
+        pose = self.pose_cov(*at, sigma=0.05) if at is not None else self.pose_cov(0.0, 0.0, 0.0)
+        return T["vision_msgs/msg/ObjectHypothesisWithPose"](
+            hypothesis=T["vision_msgs/msg/ObjectHypothesis"](class_id=class_id, score=round(score, 3)), pose=pose)
+
+    def detection2d(self, t: float, hypotheses: list[Any], u: float, v: float, w: float, h: float,
+                    track: str) -> Any:
+        T = self.T
+        center = T["vision_msgs/msg/Pose2D"](position=T["vision_msgs/msg/Point2D"](x=u, y=v), theta=0.0)
+        bbox = T["vision_msgs/msg/BoundingBox2D"](center=center, size_x=w, size_y=h)
+        return T["vision_msgs/msg/Detection2D"](header=self.header(t, "camera"), results=hypotheses, bbox=bbox,
+                                                id=track)
+
+    def detection3d(self, t: float, hypotheses: list[Any], at: tuple[float, float, float],
+                    size: tuple[float, float, float], track: str) -> Any:
+        T = self.T
+        bbox = T["vision_msgs/msg/BoundingBox3D"](center=self.pose(*at), size=self.vec3(*size))
+        return T["vision_msgs/msg/Detection3D"](header=self.header(t, FRAME), results=hypotheses, bbox=bbox,
+                                                id=track)
+
+    def battery(self, t: float, fraction: float) -> Any:
+        empty = np.zeros(0, dtype=np.float32)
+        return self.T["sensor_msgs/msg/BatteryState"](
+            header=self.header(t, "base_link"), voltage=round(10.5 + 2.0 * fraction, 3), temperature=31.0,
+            current=-1.8, charge=math.nan, capacity=math.nan, design_capacity=5.2, percentage=fraction,
+            power_supply_status=2, power_supply_health=1, power_supply_technology=2, present=True,
+            cell_voltage=empty, cell_temperature=empty, location="base", serial_number="BAT-0042")
+
+    def diagnostics(self, t: float, statuses: list[tuple[int, str, str, str, dict[str, str]]]) -> Any:
+        T = self.T
+        items = [T["diagnostic_msgs/msg/DiagnosticStatus"](
+            level=level, name=name, message=message, hardware_id=hardware,
+            values=[T["diagnostic_msgs/msg/KeyValue"](key=k, value=v) for k, v in values.items()])
+            for level, name, message, hardware, values in statuses]
+        return T["diagnostic_msgs/msg/DiagnosticArray"](header=self.header(t, ""), status=items)
+
+
+# ---------------------------------------------------------------------- the recording
+def ns(t: float, latency: float = 0.0) -> int:
+    """Bag time in integer nanoseconds (no float rounding on epoch-sized numbers)."""
+    return START_NS + int(round((t + latency) * 1e9))
+
+
+def record(seed: int = SEED, laps: int = LAPS) -> tuple[list[Topic], dict[str, Any]]:
+    """Every message of the patrol, and what really happened."""
+    rng = random.Random(seed)
+    store = load_typestore("humble", own_msgs=False)
+    m = Messages(store)
+    poses = drive(laps)
+    topics = {name: Topic(name, kind) for name, kind in (
+        ("/odom", "nav_msgs/msg/Odometry"),
+        ("/detections", "vision_msgs/msg/Detection2DArray"),
+        ("/detections_3d", "vision_msgs/msg/Detection3DArray"),
+        ("/scene", "std_msgs/msg/String"),
+        ("/battery", "sensor_msgs/msg/BatteryState"),
+        ("/cpu_temp", "sensor_msgs/msg/Temperature"),
+        ("/diagnostics", "diagnostic_msgs/msg/DiagnosticArray"),
+        ("/cmd_vel", "geometry_msgs/msg/Twist"),
+    )}
+    seen_at: list[tuple[float, str]] = []  # (t, object name) of every 2-D detection
+    seen_3d: dict[str, int] = {thing.name: 0 for thing in THINGS}
+    battery_below: dict[str, float] = {}
+    tracks = {thing.name: f"trk-{i + 1}" for i, thing in enumerate(THINGS)}
+
+    for i, p in enumerate(poses):
+        topics["/odom"].messages.append((ns(p.t, 0.002), m.odometry(p)))
+        if i % 5 == 0:  # 2 Hz
+            topics["/cmd_vel"].messages.append((ns(p.t, 0.001), store.types["geometry_msgs/msg/Twist"](
+                linear=m.vec3(p.v), angular=m.vec3(z=p.w))))
+            detections = []
+            for thing in THINGS:
+                view = in_view(p, thing, RANGE_2D)
+                if view is None or rng.random() < 0.1:  # the detector misses one frame in ten
+                    continue
+                distance, bearing = view
+                score = min(0.99, max(0.35, 0.97 - 0.06 * distance + rng.gauss(0.0, 0.03)))
+                hypotheses = [m.hypothesis(thing.name, score)]
+                if thing.also and rng.random() < 0.5:
+                    hypotheses.append(m.hypothesis(thing.also, score * 0.4))
+                u = IMAGE_W / 2 - FOCAL * math.tan(bearing)
+                w = max(8.0, FOCAL * thing.size[1] / distance)
+                h = max(8.0, FOCAL * thing.size[2] / distance)
+                detections.append(m.detection2d(p.t, hypotheses, round(u, 1), IMAGE_H / 2 + 40.0, round(w, 1),
+                                                round(h, 1), tracks[thing.name]))
+                seen_at.append((p.t, thing.name))
+            # A real detector publishes every frame, objects or not: empty arrays included.
+            topics["/detections"].messages.append((ns(p.t, 0.06), store.types["vision_msgs/msg/Detection2DArray"](
+                header=m.header(p.t, "camera"), detections=detections)))
+        if i % 10 == 0:  # 1 Hz
+            detections = []
+            for thing in THINGS:
+                view = in_view(p, thing, RANGE_3D)
+                if view is None:
+                    continue
+                at = (thing.x + rng.gauss(0.0, 0.04), thing.y + rng.gauss(0.0, 0.04), thing.z)
+                at = (round(at[0], 3), round(at[1], 3), at[2])
+                seen_3d[thing.name] += 1
+                score = min(0.99, 0.93 - 0.04 * view[0])
+                detections.append(m.detection3d(p.t, [m.hypothesis(thing.name, score, at)], at, thing.size,
+                                                tracks[thing.name]))
+            if detections:  # the 3-D detector only publishes when it found something
+                topics["/detections_3d"].messages.append((ns(p.t, 0.12), store.types[
+                    "vision_msgs/msg/Detection3DArray"](header=m.header(p.t, FRAME), detections=detections)))
+            fraction = round(BATTERY_START - BATTERY_DRAIN * p.t, 4)
+            topics["/battery"].messages.append((ns(p.t, 0.01), m.battery(p.t, fraction)))
+            for level in BATTERY_LEVELS:
+                if fraction < level and f"{level:.2f}" not in battery_below:
+                    battery_below[f"{level:.2f}"] = round(START + p.t, 3)
+            celsius = 41.0 + 7.0 * (1 - math.exp(-p.t / 240.0)) + 1.5 * math.sin(p.t / 40.0)
+            topics["/cpu_temp"].messages.append((ns(p.t, 0.01), store.types["sensor_msgs/msg/Temperature"](
+                header=m.header(p.t, "cpu"), temperature=round(celsius, 2), variance=0.0)))
+            warn = WARN_WINDOW[0] <= p.t < WARN_WINDOW[1]
+            motor_temp = 68.0 if warn else 44.0
+            topics["/diagnostics"].messages.append((ns(p.t, 0.02), m.diagnostics(p.t, [
+                (1 if warn else 0, "motor_left", "temperature high" if warn else "ok", "mc-1",
+                 {"temperature": f"{motor_temp:.1f}"}),
+                (0, "lidar", "ok", "lidar-0", {"frequency": "10.0"}),
+            ])))
+        if i % 50 == 0:  # every 5 s
+            topics["/scene"].messages.append((ns(p.t, 0.3), store.types["std_msgs/msg/String"](
+                data=caption(p))))
+
+    truth = ground_truth(poses, seen_at, seen_3d, battery_below, seed, laps)
+    return list(topics.values()), truth
+
+
+def caption(p: Pose) -> str:
+    """What a captioner might say: the room and what is in view."""
+    room = room_of(p.x, p.y)
+    visible = [t.name for t in THINGS if in_view(p, t, RANGE_2D) is not None]
+    if not visible:
+        return f"{ROOM_WORDS[room]}, nothing of note in view"
+    names = [f"a {n}" for n in visible]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"{ROOM_WORDS[room]} with {listed}"
+
+
+def ground_truth(poses: list[Pose], seen_at: list[tuple[float, str]], seen_3d: dict[str, int],
+                 battery_below: dict[str, float], seed: int, laps: int) -> dict[str, Any]:
+    visits: list[dict[str, Any]] = []
+    for p in poses:
+        room = room_of(p.x, p.y)
+        stamp = round(START + p.t, 3)
+        if visits and visits[-1]["room"] == room:
+            visits[-1]["end"] = stamp
+        else:
+            visits.append({"room": room, "start": stamp, "end": stamp})
+    for visit in visits:
+        visit["objects"] = sorted({name for t, name in seen_at if visit["start"] <= START + t <= visit["end"]})
+    return {
+        "description": "Ground truth of the patrol bags (rosbags/generate.py); times are bag time, epoch seconds.",
+        "seed": seed,
+        "laps": laps,
+        "frame_id": FRAME,
+        "start": START,
+        "end": round(START + poses[-1].t, 3),
+        "rooms": {r.name: {"min": list(r.lo), "max": list(r.hi), "center": list(r.center)} for r in ROOMS},
+        "objects": [{"name": t.name, "room": room_of(t.x, t.y), "position": [t.x, t.y, t.z],
+                     "detections_2d": sum(1 for _, name in seen_at if name == t.name),
+                     "detections_3d": seen_3d[t.name]} for t in THINGS],
+        "visits": visits,
+        "battery_start": BATTERY_START,
+        "battery_below": battery_below,
+        "motor_warning": {"start": START + WARN_WINDOW[0], "end": START + WARN_WINDOW[1]},
+    }
+
+
+# ---------------------------------------------------------------------- writing
+def write_bag(path: Path, topics: list[Topic], storage: StoragePlugin) -> None:
+    """One rosbag2 directory; messages interleaved in bag-time order, as a recorder writes them."""
+    store = load_typestore("humble", own_msgs=False)
+    writer = Writer(path, version=8, storage_plugin=storage)
+    if storage == StoragePlugin.MCAP:
+        writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
+    else:
+        writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    with writer:
+        connections = {topic.name: writer.add_connection(topic.name, topic.msgtype, typestore=store)
+                       for topic in topics}
+        stream = sorted(((stamp, topic.name, k) for topic in topics for k, (stamp, _) in enumerate(topic.messages)))
+        by_name = {topic.name: topic for topic in topics}
+        for stamp, name, k in stream:
+            topic = by_name[name]
+            writer.write(connections[name], stamp, store.serialize_cdr(topic.messages[k][1], topic.msgtype))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+                        help="folder for patrol_db3/, patrol_mcap/ and ground_truth.json (default: beside this script)")
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--laps", type=int, default=LAPS)
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    topics, truth = record(args.seed, args.laps)
+    for name, storage in (("patrol_db3", StoragePlugin.SQLITE3), ("patrol_mcap", StoragePlugin.MCAP)):
+        target = out / name
+        if target.exists():
+            shutil.rmtree(target)
+        write_bag(target, topics, storage)
+    (out / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+    counts = ", ".join(f"{t.name} {len(t.messages)}" for t in topics)
+    minutes = (truth["end"] - truth["start"]) / 60
+    print(f"wrote {out}/patrol_db3, patrol_mcap and ground_truth.json: {minutes:.1f} min; {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
