@@ -150,11 +150,13 @@ def test_an_entity_of_each_object_sits_within_a_metre_and_none_in_another_room(m
 
 
 @pytest.mark.parametrize("thing", TRUTH["objects"], ids=lambda o: o["name"])
-def test_locate_without_a_layer_finds_the_right_room(memory, thing):
-    """All layers together: 2-D sightings pull the answer towards where the robot stood (see the report)."""
+def test_locate_without_a_layer_trusts_measured_positions_over_the_robot_pose(memory, thing):
+    """All layers together: 2-D sightings (stored where the robot stood) must not pull the answer away."""
     result = memory.tools.locate(thing["name"])
     assert result.position is not None
-    assert room_of(*result.position[:2]) == thing["room"]
+    assert math.dist(result.position[:2], thing["position"][:2]) < 1.0
+    assert any(n.startswith("placed by measured object positions") for n in result.notes), result.notes
+    assert all(h.layer == "detections_3d" for h in result.evidence)
 
 
 def test_the_red_mug_is_not_confused_with_the_blue_one(memory):

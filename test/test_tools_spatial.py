@@ -236,3 +236,33 @@ def test_dense_areas_answer_like_a_full_scan(make_memory, clock):
     expected = {text for d, text in truth if d <= 5.0 and int(text.split()[1]) >= 850} | \
         {"a red chair near the corridor"}
     assert {h.text for h in recent.hits} == expected
+
+
+def test_locate_trusts_a_measured_object_position_over_where_the_robot_stood(make_memory, clock):
+    from emem_ros.ingest.drafts import ObservationDraft
+
+    memory = make_memory()
+    t0 = clock.now - 600
+    for i in range(40):  # a 2-D detector sees the mug from the doorway, 3 m away, again and again
+        memory.add_draft(ObservationDraft("red mug", t0 + i, "detections"), robot_position=(4.0, 0.0, 0.0))
+    for i in range(5):  # a 3-D detector measured it on the table a few times
+        memory.add_draft(ObservationDraft("red mug", t0 + 100 + i, "detections_3d", position=(1.0, 0.0, 0.8)))
+    memory.flush()
+    result = memory.tools.locate("red mug")
+    assert math.dist(result.position[:2], (1.0, 0.0)) < 0.5
+    assert any("measured object positions" in note and "detections" in note for note in result.notes)
+    assert {h.layer for h in result.evidence} == {"detections_3d"}
+
+
+def test_locate_says_so_when_only_the_robot_pose_is_known(make_memory, clock):
+    from emem_ros.ingest.drafts import ObservationDraft
+
+    memory = make_memory()
+    for i in range(10):
+        memory.add_draft(ObservationDraft("blue cup", clock.now - 100 + i, "detections"),
+                         robot_position=(4.0, 2.0, 0.0))
+    memory.flush()
+    result = memory.tools.locate("blue cup")
+    assert math.dist(result.position[:2], (4.0, 2.0)) < 0.5
+    assert any("where the robot stood" in note for note in result.notes)
+    assert "where the robot stood" in str(result)

@@ -59,6 +59,16 @@ class ConsolidationMixin:
         self._check_consolidation_open()
         return self._consolidation.submit("maintenance")
 
+    def submit_job(self, job: str) -> Future:
+        """Queue one job ('maintenance', 'entities', 'time_window', 'archive') and return at once.
+
+        For timers that schedule the steps separately (a ROS node's
+        consolidation and archive periods); an equal job still queued is not
+        queued twice.
+        """
+        self._check_consolidation_open()
+        return self._consolidation.submit(job)
+
     def consolidate_episode(self, episode_id: str) -> Future:
         """Queue (again) the consolidation of an ended episode; a Future of its EpisodeReport."""
         self._check_consolidation_open()

@@ -72,6 +72,7 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Loca
     if evidence is None:
         empty.evidence = text_hits(env.store, agg, ranked[:3])
         return _Located(empty, ranked, agg)
+    evidence, position_note = _prefer_object_positions(env, evidence)
     labels = components(evidence.xy, LINK)
     weight = np.bincount(labels, weights=evidence.weight)
     if weight.max() < 0.5 * weight.sum():
@@ -92,7 +93,34 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Loca
         last_stamp=float(best.last.max()), evidence=_evidence(env, best, names, score), now=now,
         elsewhere=[_place(evidence.subset(labels == k), names, float(weight[k]) / total, env.store.cell_size)
                    for k in order[1: 1 + OTHER_PLACES]])
+    if position_note:
+        result.notes.append(position_note)
     return _Located(result, ranked, agg)
+
+
+def _prefer_object_positions(env: ToolEnv, evidence: "_Evidence") -> tuple["_Evidence", Optional[str]]:
+    """Measured object positions beat the robot's pose at sighting time.
+
+    A 2-D detection is stored where the robot stood, metres from the object;
+    a 3-D detection (or a caller-given position) says where the thing is. A
+    layer is one or the other, so one observation per layer tells which.
+    """
+    layers = sorted(set(evidence.layer.tolist()))
+    sample = {layer: int(evidence.last_obs[evidence.layer == layer][0]) for layer in layers}
+    marks = ",".join("?" * len(sample))
+    robot_ids = {row[0] for row in env.store.reader().execute(
+        f"SELECT id FROM observations WHERE id IN ({marks})"
+        " AND json_extract(metadata, '$.position_source') = 'odometry'", list(sample.values()))}
+    robot_layers = [layer for layer in layers if sample[layer] in robot_ids]
+    if not robot_layers:
+        return evidence, None
+    if len(robot_layers) == len(layers):
+        return evidence, ("no object position was measured for this: the place is where the robot stood "
+                          "when it saw it, so the object may be a few metres away")
+    measured = ~np.isin(evidence.layer, robot_layers)
+    return evidence.subset(measured), (
+        f"placed by measured object positions; sightings in {', '.join(robot_layers)} "
+        "(stored at the robot's pose) were left out of the estimate")
 
 
 def _relevance(env: ToolEnv, vector, ranked: list[Candidate]) -> dict[int, float]:

@@ -57,6 +57,9 @@ def write_params(folder: Path) -> tuple[Path, Path]:
     parameters = _ros_parameters(base)
     db_path = folder / "memory.db"
     parameters["db_path"] = str(db_path)
+    # What is tested is launch -> active, not the embedding model: the deterministic
+    # embedder needs no model files on the test machine.
+    parameters["embedding"] = {**parameters.get("embedding", {}), "backend": "hashing", "model": ""}
     params_file = folder / "memory_test.yaml"
     # `/**` applies to the node whatever its name or namespace.
     params_file.write_text(yaml.safe_dump({"/**": {"ros__parameters": parameters}}))

@@ -1,0 +1,249 @@
+"""What the memory node does, as plain Python: the lifecycle node is a thin shell around it.
+
+``MemoryRuntime`` holds the validated parameters, the open ``Memory``, the
+shared ingest pipeline and the resolved message classes. Each lifecycle
+transition of the node is one call here (``configure``, ``deactivate``,
+``cleanup``); each subscription, timer and service callback is one method
+that never raises. Keeping this out of ``node.py`` means everything but the
+rclpy wiring is tested without a ROS runtime.
+
+Configure order matters: parameters are validated and every message type is
+resolved *before* the store is opened, so a typo in ``msg_type`` fails the
+transition without touching the memory file; anything opened by a configure
+that then fails is closed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol
+
+from emem_ros.core.errors import EmemError
+from emem_ros.ros import markers as marker_module
+from emem_ros.ros import services
+from emem_ros.ros.msgtypes import MessageFactory, MessageTypeError, resolve_type
+from emem_ros.ros.params import NodeParams, ParamError, parse_params
+from emem_ros.ros.pipeline import IngestOutcome, IngestPipeline
+
+__all__ = ["ConfigureError", "MemoryRuntime", "TimerSpec", "ODOMETRY_TYPE"]
+
+ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
+
+
+class Log(Protocol):
+    def info(self, message: str) -> Any: ...
+
+    def warning(self, message: str) -> Any: ...
+
+    def error(self, message: str) -> Any: ...
+
+
+class ConfigureError(EmemError):
+    """Configure cannot complete; the message is the one log line an operator needs."""
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """A periodic job of the active node (period in seconds of the node's clock)."""
+
+    name: str
+    period: float
+    tick: Callable[[], Any]
+
+
+class MemoryRuntime:
+    """The memory node's state and callbacks, without rclpy."""
+
+    def __init__(self, clock: Callable[[], float], *, log: Optional[Log] = None,
+                 build: Optional[Callable[[NodeParams, Callable[[], float]], Any]] = None,
+                 resolve: Callable[[str], type] = resolve_type) -> None:
+        self.clock = clock
+        """Seconds on the node's clock (ROS time, so use_sim_time works); also the memory's clock."""
+        self.log: Log = log or logging.getLogger("emem_ros.node")
+        self._build = build
+        self._resolve = resolve
+        self.params: Optional[NodeParams] = None
+        self.memory: Any = None
+        self.pipeline: Optional[IngestPipeline] = None
+        self.layer_types: dict[str, type] = {}
+        self.odometry_type: Optional[type] = None
+        self._pending: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def configured(self) -> bool:
+        return self.memory is not None
+
+    # ------------------------------------------------------------------ lifecycle
+    def configure(self, flat: dict[str, Any]) -> NodeParams:
+        """Validate, resolve message types, open the memory; ``ConfigureError`` leaves nothing open."""
+        if self.memory is not None:
+            raise ConfigureError("the memory is already open; clean up before configuring again")
+        try:
+            params = parse_params(flat, strict_types=True)
+        except ParamError as exc:
+            raise ConfigureError(f"invalid parameters: {exc}") from None
+        layer_types: dict[str, type] = {}
+        for spec in params.layers:
+            try:
+                layer_types[spec.name] = self._resolve(spec.msg_type)
+            except MessageTypeError as exc:
+                raise ConfigureError(f"layer '{spec.name}' (layers.{spec.name}.msg_type): {exc}") from None
+        try:
+            odometry_type = self._resolve(ODOMETRY_TYPE)
+        except MessageTypeError as exc:
+            raise ConfigureError(f"odometry ({params.odom_topic}): {exc}") from None
+        memory = self._open(params)
+        try:
+            pipeline = IngestPipeline(memory, params, warn=self.log.warning)
+        except Exception:
+            self._close_quietly(memory)
+            raise
+        with self._lock:
+            self.params, self.memory, self.pipeline = params, memory, pipeline
+            self.layer_types, self.odometry_type = layer_types, odometry_type
+        return params
+
+    def _open(self, params: NodeParams) -> Any:
+        build = self._build
+        if build is None:
+            from emem_ros.ros.factory import build_memory as build
+        try:
+            return build(params, self.clock)
+        except EmemError as exc:
+            raise ConfigureError(f"cannot open the memory at {params.memory.db_path}: {exc}") from None
+        except (OSError, ImportError, RuntimeError, ValueError) as exc:
+            raise ConfigureError(f"cannot open the memory at {params.memory.db_path} "
+                                 f"({type(exc).__name__}: {exc})") from None
+
+    def deactivate(self) -> int:
+        """Intake has stopped (the node destroyed its subscriptions): store what is buffered."""
+        if self.memory is None:
+            return 0
+        return self.memory.flush()
+
+    def cleanup(self) -> None:
+        """Close the memory (final flush, index save). State is cleared even if closing fails."""
+        with self._lock:
+            memory, self.memory = self.memory, None
+            self.params, self.pipeline = None, None
+            self.layer_types, self.odometry_type = {}, None
+            self._pending.clear()
+        if memory is not None:
+            memory.close()
+
+    @staticmethod
+    def _close_quietly(memory: Any) -> None:
+        try:
+            memory.close()
+        except Exception:
+            logging.getLogger(__name__).exception("closing the memory after a failed configure failed")
+
+    # ------------------------------------------------------------------ intake
+    def on_message(self, layer: str, msg: Any) -> Optional[IngestOutcome]:
+        """A layer message, stamped on arrival with the node's clock; never raises."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            return None
+        try:
+            return pipeline.on_message(layer, msg, self.clock())
+        except Exception as exc:  # the pipeline does not raise; this guards the executor anyway
+            self.log.error(f"layer {layer}: message dropped ({type(exc).__name__}: {exc})")
+            return None
+
+    def on_odometry(self, msg: Any) -> bool:
+        pipeline = self.pipeline
+        if pipeline is None:
+            return False
+        try:
+            return pipeline.on_odometry(msg, self.clock())
+        except Exception as exc:
+            self.log.error(f"odometry dropped ({type(exc).__name__}: {exc})")
+            return False
+
+    # ------------------------------------------------------------------ queries
+    def answer(self, service: str, request: Any, response: Any, make: MessageFactory) -> Any:
+        """One service call (see ``services.handle``); never raises."""
+        return services.handle(self.memory, service, request, response, make)
+
+    # ------------------------------------------------------------------ timers
+    def timers(self) -> list[TimerSpec]:
+        """The periodic jobs the parameters switch on (a period of 0 switches one off)."""
+        params = self.params
+        if params is None:
+            return []
+        wanted = [
+            TimerSpec("flush", params.flush_period, self.flush_tick),
+            TimerSpec("consolidation", params.consolidation_period, self.consolidation_tick),
+            TimerSpec("archive", params.archive_period, self.archive_tick),
+            TimerSpec("index_save", params.index_save_period, self.index_save_tick),
+        ]
+        return [t for t in wanted if t.period > 0]
+
+    def flush_tick(self) -> None:
+        self._guard("flush", lambda memory: memory.flush())
+
+    def index_save_tick(self) -> None:
+        self._guard("index save", lambda memory: memory.store.save_indexes())
+
+    def consolidation_tick(self) -> None:
+        """Queue entity extraction and time-window gists on the consolidation worker; returns at once.
+
+        What is still buffered is stored first, so the pass sees everything up to now.
+        """
+        self.flush_tick()
+        self._submit("entities")
+        self._submit("time_window")
+
+    def archive_tick(self) -> None:
+        self._submit("archive")
+
+    def _submit(self, job: str) -> None:
+        def queue(memory: Any) -> None:
+            future = memory.submit_job(job)
+            with self._lock:
+                if self._pending.get(job) is future:
+                    return  # the previous tick's job is still queued: ticks coalesce
+                self._pending[job] = future
+            future.add_done_callback(lambda f: self._report(job, f))
+
+        self._guard(f"queueing {job}", queue)
+
+    def _report(self, job: str, future: Future) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None and self.memory is not None:
+            self.log.error(f"consolidation job '{job}' failed: {type(error).__name__}: {error}")
+
+    def pending_jobs(self) -> dict[str, Future]:
+        with self._lock:
+            return dict(self._pending)
+
+    def _guard(self, what: str, action: Callable[[Any], Any]) -> None:
+        memory = self.memory
+        if memory is None or getattr(memory, "closed", False):
+            return
+        try:
+            action(memory)
+        except Exception as exc:  # a timer must survive anything; the data stays buffered or queued
+            self.log.error(f"{what} failed: {type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ markers
+    def marker_specs(self) -> list[marker_module.MarkerSpec]:
+        memory = self.memory
+        if memory is None or getattr(memory, "closed", False):
+            return []
+        try:
+            return marker_module.marker_specs(memory)
+        except Exception as exc:
+            self.log.error(f"reading entities and gists for markers failed: {type(exc).__name__}: {exc}")
+            return []
+
+    def marker_array(self, make: MessageFactory) -> Any:
+        """The MarkerArray to publish now (DELETEALL first, then entities and gists)."""
+        frame = self.params.memory.frame_id if self.params is not None else ""
+        return marker_module.to_marker_array(self.marker_specs(), make, stamp=self.clock(), frame=frame)

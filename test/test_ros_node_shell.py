@@ -1,0 +1,221 @@
+"""node.py's own logic without ROS: parameters, transitions, wiring, main(), on a stand-in rclpy.
+
+test/support/fake_rclpy.py records what the node creates and models rclpy's
+typed parameters; these tests check what node.py does with them (declare,
+read, fail configure cleanly, create and destroy entities in the right
+callback groups, answer services, close the memory at exit). The same node
+against real rclpy is test/ros/test_node.py (ROS 2 Humble).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("rosbags.typesys")
+
+from emem_ros.ros.params import declarations  # noqa: E402
+from emem_ros.ros.services import SERVICES  # noqa: E402
+from test.support import fake_rclpy  # noqa: E402
+from test.support import ros_messages as messages  # noqa: E402
+from test.support.fake_rclpy import Parameter, TransitionCallbackReturn  # noqa: E402
+from test.support.ros_messages import InterfaceFactory  # noqa: E402
+
+MAKE = InterfaceFactory()
+START = fake_rclpy.LifecycleNode.clock_seconds[0]
+SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+
+
+def odometry(t: float, x: float, y: float):
+    return messages.odometry(MAKE, t, x, y)
+
+
+def detections(t: float, *labels: str):
+    return messages.detections(MAKE, t, *labels)
+
+
+@pytest.fixture
+def node_module():
+    with fake_rclpy.installed(MAKE) as module:
+        yield module
+
+
+def overrides(db, **extra) -> list[Parameter]:
+    values = {
+        "db_path": str(db), "embedding.backend": "hashing", "flush_interval": 0.0, "index_save_interval": 0.0,
+        "consolidation_period": 30.0, "archive_period": 0.0, "marker_period": 1.0, "odom_max_extrapolation": 2.0,
+        "layer_names": ["scene", "detections"],
+        "layers.scene.topic": "/scene", "layers.scene.msg_type": "std_msgs/msg/String",
+        "layers.detections.topic": "/detections", "layers.detections.msg_type": "vision_msgs/Detection2DArray",
+        "layers.detections.reliability": "best_effort",
+    }
+    values.update(extra)
+    return [Parameter(name, value=value) for name, value in values.items()]
+
+
+@pytest.fixture
+def make_node(node_module):
+    made = []
+
+    def build(db, **extra):
+        node = node_module.MemoryNode(parameter_overrides=overrides(db, **extra))
+        made.append(node)
+        return node
+
+    yield build
+    for node in made:
+        node.release()
+        node.destroy_node()
+
+
+def of_kind(node, kind):
+    return [e for e in node.entities if e.kind == kind]
+
+
+def test_parameters_are_declared_with_explicit_types(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db")
+    assert all(node.has_parameter(name) for name, *_ in declarations())
+    assert node._params["layer_names"].value == ["scene", "detections"]
+    assert not node.has_parameter("layers.scene.topic")  # declared at configure, once layer_names is read
+    assert node.trigger("configure") == SUCCESS
+    assert node.get_parameter("layers.scene.topic").value == "/scene"
+    assert node.get_parameter("layers.scene.qos_depth").value == 10  # a declared default
+    assert node.runtime.memory.now() == START  # the node's clock
+
+
+def test_an_unset_layer_names_is_an_empty_list(node_module, tmp_path):
+    node = node_module.MemoryNode(parameter_overrides=[
+        Parameter("db_path", value=str(tmp_path / "m.db")), Parameter("embedding.backend", value="hashing")])
+    try:
+        assert node._read_parameters()["layer_names"] == []
+        assert node.trigger("configure") == SUCCESS and node.runtime.params.layers == []
+    finally:
+        node.release()
+
+
+def test_activate_wires_layers_services_timers_and_markers(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db")
+    assert node.trigger("configure") == SUCCESS and node.entities == []  # nothing before activate
+    assert node.trigger("activate") == SUCCESS
+    subs = {e.name: e for e in of_kind(node, "subscription")}
+    assert set(subs) == {"/scene", "/detections", "/odom"}
+    assert {id(e.callback_group) for e in subs.values()} == {id(node._intake_group)}
+    assert subs["/detections"].qos.reliability is fake_rclpy.ReliabilityPolicy.BEST_EFFORT
+    assert subs["/scene"].qos.reliability is fake_rclpy.ReliabilityPolicy.RELIABLE
+    assert issubclass(subs["/detections"].type, MAKE.store.types["vision_msgs/msg/Detection2DArray"])
+    services = of_kind(node, "service")
+    assert sorted(e.name for e in services) == sorted(f"~/{s.name}" for s in SERVICES)
+    assert {id(e.callback_group) for e in services} == {id(node._query_group)}
+    timers = of_kind(node, "timer")
+    assert sorted(e.period for e in timers) == [1.0, 30.0]  # markers, consolidation
+    assert {id(e.callback_group) for e in timers} == {id(node._maintenance_group)}
+    (publisher,) = of_kind(node, "publisher")
+    assert publisher.name == "~/markers" and publisher.qos.durability is fake_rclpy.DurabilityPolicy.TRANSIENT_LOCAL
+
+
+def test_callbacks_store_messages_and_services_answer(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db")
+    node.trigger("configure"), node.trigger("activate")
+    subs = {e.name: e for e in of_kind(node, "subscription")}
+    subs["/odom"].callback(odometry(START - 1.0, 2.0, 3.0))
+    subs["/odom"].callback(odometry(START + 1.0, 2.0, 3.0))
+    subs["/scene"].callback(MAKE("std_msgs/msg/String", data="a person waving"))
+    subs["/detections"].callback(detections(START, "red mug"))
+    locate = next(e for e in of_kind(node, "service") if e.name == "~/locate")
+    response = locate.callback(MAKE.request("Locate", concept="red mug"), MAKE.response("Locate"))
+    MAKE.check(response)
+    assert response.success and response.found
+    assert (response.location.point.x, response.location.point.y) == pytest.approx((2.0, 3.0))
+    search = next(e for e in of_kind(node, "service") if e.name == "~/semantic_search")
+    waving = search.callback(MAKE.request("SemanticSearch", query="person waving"), MAKE.response("SemanticSearch"))
+    assert waving.hits[0].text == "a person waving" and waving.hits[0].has_position
+    timer = next(e for e in of_kind(node, "timer") if e.period == 1.0)
+    timer.callback()
+    (publisher,) = of_kind(node, "publisher")
+    assert publisher.published and publisher.published[-1].markers[0].action == 3  # DELETEALL first
+
+
+def test_lifecycle_cycles_keep_the_data(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db")
+    node.trigger("configure"), node.trigger("activate")
+    scene = next(e for e in of_kind(node, "subscription") if e.name == "/scene")
+    scene.callback(MAKE("std_msgs/msg/String", data="the kitchen light is on"))
+    assert node.trigger("deactivate") == SUCCESS
+    assert node.entities == [] and node.runtime.memory.pending == 0  # destroyed, flushed
+    assert node.trigger("activate") == SUCCESS and len(of_kind(node, "service")) == len(SERVICES)
+    assert node.trigger("deactivate") == SUCCESS and node.trigger("cleanup") == SUCCESS
+    assert not node.runtime.configured
+    assert node.trigger("configure") == SUCCESS and node.trigger("activate") == SUCCESS
+    search = next(e for e in of_kind(node, "service") if e.name == "~/semantic_search")
+    again = search.callback(MAKE.request("SemanticSearch", query="kitchen light"), MAKE.response("SemanticSearch"))
+    assert again.success and again.hits[0].text == "the kitchen light is on"
+    assert node.trigger("shutdown") == SUCCESS and not node.runtime.configured and node.entities == []
+
+
+def test_bad_msg_type_fails_configure_cleanly(make_node, tmp_path):
+    db = tmp_path / "m.db"
+    node = make_node(db, **{"layers.detections.msg_type": "vision_msgs/msg/Detection2DArrray"})
+    assert node.trigger("configure") == FAILURE
+    assert not node.runtime.configured and not db.exists() and node.entities == []
+    assert "layers.detections.msg_type" in node.last_error and "did you mean" in node.last_error
+    assert node.trigger("activate") == FAILURE  # still unconfigured: nothing to activate
+
+
+def test_a_params_file_type_clash_is_reported_at_configure(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db", flush_interval=1)  # an integer where rclpy declares a double
+    assert node.trigger("configure") == FAILURE
+    assert "flush_interval" in node.last_error and "1.0" in node.last_error
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_unused_overrides_are_warned_about(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db", flush_intervall=2.0, **{"layers.sceen.topic": "/x"})
+    assert node.trigger("configure") == SUCCESS
+    warnings = [m for level, m in node.logger.lines if level == "warning"]
+    assert any("flush_intervall" in m and "did you mean flush_interval" in m for m in warnings)
+    assert any("layers.sceen.topic" in m and "not in layer_names" in m for m in warnings)
+
+
+def test_an_exception_in_a_transition_is_logged_and_failure(make_node, tmp_path, monkeypatch):
+    node = make_node(tmp_path / "m.db")
+    assert node.trigger("configure") == SUCCESS
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("no more file handles")
+
+    monkeypatch.setattr(node, "create_service", explode)
+    assert node.trigger("activate") == FAILURE
+    assert "no more file handles" in node.last_error and "Traceback" in node.last_error
+    assert node.entities == []  # the half-made activation was taken down
+    monkeypatch.undo()
+    assert node.trigger("activate") == SUCCESS
+
+
+def test_main_spins_then_flushes_and_closes_on_sigint(node_module, tmp_path, monkeypatch):
+    db = tmp_path / "m.db"
+    fake_rclpy.LifecycleNode.default_overrides = overrides(db)
+    try:
+        for interruption in (KeyboardInterrupt, fake_rclpy.ExternalShutdownException):
+            fake_rclpy.MultiThreadedExecutor.spin_raises = interruption
+            assert node_module.main([]) == 0
+            executor = fake_rclpy.MultiThreadedExecutor.last
+            (node,) = executor.nodes
+            assert executor.shut_down and executor.num_threads >= 4
+            assert not node.runtime.configured and node.node_destroyed and not fake_rclpy._ok()
+            assert db.exists()
+    finally:
+        fake_rclpy.LifecycleNode.default_overrides = []
+        fake_rclpy.MultiThreadedExecutor.spin_raises = KeyboardInterrupt
+
+
+def test_memory_core_warnings_reach_the_ros_log(make_node, tmp_path):
+    import logging
+
+    node = make_node(tmp_path / "m.db")
+    logging.getLogger("emem_ros.some.module").warning("index rebuilt from SQLite")
+    assert ("warning", "[emem_ros.some.module] index rebuilt from SQLite") in node.logger.lines
+    node.destroy_node()
+    logging.getLogger("emem_ros.some.module").warning("after destroy")
+    assert not any("after destroy" in m for _, m in node.logger.lines)
+    assert math.isfinite(node._now())
