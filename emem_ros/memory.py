@@ -166,7 +166,9 @@ class Memory(ToolsMixin, ConsolidationMixin):
     def flush(self) -> int:
         """Store everything buffered now; raises (batch kept) if storing fails."""
         self._check_open()
-        return self._wm.flush()
+        written = self._wm.flush()
+        self.store.apply_deferred()  # logged experiences reach SQLite too (other processes read it)
+        return written
 
     @property
     def pending(self) -> int:

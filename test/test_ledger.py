@@ -49,6 +49,7 @@ def test_content_ids_are_stable_across_processes(make_memory):
 def test_records_are_immutable_even_to_raw_sql(make_memory):
     memory = make_memory()
     record = fetch_mug(memory)
+    memory.flush()  # a record is durable in the log at once; another connection sees it after a flush
     conn = sqlite3.connect(memory.config.db_path)
     with pytest.raises(sqlite3.DatabaseError, match="immutable"):
         conn.execute("UPDATE experiences SET result='it went fine' WHERE id=?", (record,))

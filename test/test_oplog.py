@@ -24,7 +24,7 @@ def open_memory(path, **overrides):
 def built(tmp_path):
     path = tmp_path / "robot.db"
     memory = open_memory(path)
-    ep = memory.start_episode("patrol")
+    memory.start_episode("patrol")
     patrol(memory, 1500)
     memory.end_episode(consolidate=False, result="done", success=True)
     memory.flush()

@@ -32,6 +32,30 @@ log = logging.getLogger(__name__)
 
 MAX_FIELD = 8192
 RRF_K = 60
+APPLY_BATCH = 512
+"""Logged records applied to SQLite together (sooner if anything reads or writes)."""
+
+# The row is made from the canonical content itself (the very text the id hashes):
+# the log holds [id, content] and SQLite does the column mapping, so a record
+# costs one small log append at the caller.
+_INSERT_SQL = (
+    "INSERT INTO experiences(id, goal, action, result, reflection, success, tags, metadata,"
+    " stamp, episode_id, x, y, z, supersedes)"
+    " SELECT ?1, json_extract(c, '$.goal'), json_extract(c, '$.action'), json_extract(c, '$.result'),"
+    " json_extract(c, '$.reflection'), json_extract(c, '$.success'), json_extract(c, '$.tags'),"
+    " NULLIF(json_extract(c, '$.metadata'), '{}'), json_extract(c, '$.stamp'),"
+    " CAST(substr(json_extract(c, '$.episode'), 4) AS INTEGER), json_extract(c, '$.position[0]'),"
+    " json_extract(c, '$.position[1]'), json_extract(c, '$.position[2]'), json_extract(c, '$.supersedes')"
+    " FROM (SELECT ?2 AS c) WHERE true"
+    " ON CONFLICT(id) DO NOTHING"
+)
+# Index the record only if the INSERT just before added it: changes() is the row
+# count of the last completed INSERT, so a record recorded twice is indexed once
+# (external-content FTS5 cannot be asked: it answers rowid lookups from the content table).
+_FTS_SQL = (
+    "INSERT INTO experiences_fts(rowid, goal, action, result, reflection, tags)"
+    " SELECT n, goal, action, result, reflection, tags FROM experiences WHERE id=? AND changes() = 1"
+)
 
 
 @dataclass(frozen=True)
@@ -64,9 +88,67 @@ class Experience:
         return "; ".join(parts)
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_content(fields: dict[str, Any]) -> str:
     """The exact bytes the id is computed from: sorted keys, no whitespace."""
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(fields)
+
+
+def _fast_canonical_encoder():
+    """``canonical_content`` without building a C encoder per call (a third of a record's cost).
+
+    Skips the circular-reference check, so only for values already checked by
+    ``canonical_content``. Falls back to it wherever the interpreter's encoder differs.
+    """
+    maker = getattr(json.encoder, "c_make_encoder", None)
+    if maker is None:
+        return canonical_content
+    try:
+        encoder = maker(None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+    except TypeError:
+        return canonical_content
+
+    def encode(value: Any) -> str:
+        return "".join(encoder(value, 0))
+
+    sample = {"b": [1, 2.5, None, True], "a": "ünï \"q\"", "c": {"z": 1, "y": {}}}
+    try:
+        if encode(sample) == canonical_content(sample):
+            return encode
+    except Exception:  # any surprise: the plain path
+        pass
+    return canonical_content
+
+
+_canonical_checked = _fast_canonical_encoder()
+_quote = json.encoder.encode_basestring  # what the encoder uses for strings (ensure_ascii=False)
+_float_text = float.__repr__  # what it uses for floats
+
+
+def _record_content(fields: dict[str, Any]) -> str:
+    """``canonical_content(fields)`` for a record's fields, built directly (the hot path).
+
+    Byte-identical to the JSON encoder's output (keys in sorted order, same
+    escapes, same float text); test_ledger_fastpath checks it on many records.
+    Anything unusual takes the encoder.
+    """
+    stamp, metadata, position = fields["stamp"], fields["metadata"], fields["position"]
+    episode, supersedes, success = fields["episode"], fields["supersedes"], fields["success"]
+    if type(stamp) is not float or metadata or position is not None:
+        return _canonical_checked(fields)
+    return "".join((
+        '{"action":', _quote(fields["action"]),
+        ',"episode":', "null" if episode is None else _quote(episode),
+        ',"goal":', _quote(fields["goal"]),
+        ',"metadata":{},"position":null,"reflection":', _quote(fields["reflection"]),
+        ',"result":', _quote(fields["result"]),
+        ',"stamp":', _float_text(stamp),
+        ',"success":', "null" if success is None else ("true" if success else "false"),
+        ',"supersedes":', "null" if supersedes is None else _quote(supersedes),
+        ',"tags":[', ",".join(map(_quote, fields["tags"])), "]}",
+    ))
 
 
 def content_id(fields: dict[str, Any]) -> str:
@@ -94,8 +176,20 @@ class ExperienceLedger:
         self._store = memory.store
         self._embed_lock = threading.Lock()
         self._embedder: Optional[PeriodicThread] = None
+        self._unembedded = 1  # unknown at open: the first search or background pass looks
+        self._embedded_upto = 0  # records are embedded in order: those after this may lack a vector
+        self._repair_keyword_index()
         if embed_interval > 0:
             self._embedder = PeriodicThread("emem-ledger-embed", embed_interval, self.embed_pending).start()
+
+    def _repair_keyword_index(self) -> None:
+        """Index records a file written by an earlier version left out of the keyword index."""
+        conn = self._store.reader()
+        rows = conn.execute("SELECT COUNT(*) FROM experiences").fetchone()[0]
+        if rows and rows != conn.execute("SELECT COUNT(*) FROM experiences_fts_docsize").fetchone()[0]:
+            log.warning("rebuilding the keyword index of %d experience record(s)", rows)
+            with self._store.write() as wconn:
+                wconn.execute("INSERT INTO experiences_fts(experiences_fts) VALUES('rebuild')")
 
     # -- writing ---------------------------------------------------------
     def record(
@@ -122,35 +216,25 @@ class ExperienceLedger:
             "result": _text("result", result),
             "reflection": _text("reflection", reflection),
             "success": _success(success),
-            "tags": sorted({_tag(t) for t in _tag_list(tags)}),
+            "tags": _tags(tags),
             "metadata": _metadata(metadata),
-            "stamp": _stamp(timestamp, self._memory.now()),
-            "episode": self._episode(episode_id),
+            "stamp": _stamp(timestamp, self._memory.now() if timestamp is None else 0.0),
+            "episode": (self._episode(episode_id) if episode_id
+                        else self._memory.active_episode_id if self._memory._episodes else None),
             "position": list(finite_position(x, y, z)) if x is not None or y is not None else None,
             "supersedes": self._existing(supersedes) if supersedes else None,
         }
-        record_id = content_id(fields)
-        position = fields["position"] or (None, None, None)
-        episode_number = int(fields["episode"].split("-")[1]) if fields["episode"] else None
-        with self._store.write() as conn:
-            conn.execute(
-                "INSERT INTO experiences(id, goal, action, result, reflection, success, tags, metadata,"
-                " stamp, episode_id, x, y, z, supersedes) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-                " ON CONFLICT(id) DO NOTHING",
-                (record_id, fields["goal"], fields["action"], fields["result"], fields["reflection"],
-                 None if fields["success"] is None else int(fields["success"]),
-                 json.dumps(fields["tags"]), codec.dumps(fields["metadata"]), fields["stamp"],
-                 episode_number, *position, fields["supersedes"]),
-            )
-            row = conn.execute("SELECT n FROM experiences WHERE id=?", (record_id,)).fetchone()
-            conn.execute(
-                "INSERT INTO experiences_fts(rowid, goal, action, result, reflection, tags)"
-                " SELECT n, goal, action, result, reflection, tags FROM experiences"
-                " WHERE n=? AND NOT EXISTS (SELECT 1 FROM experiences_fts WHERE rowid=?)",
-                (row[0], row[0]),
-            )
-        if self._embedder is not None:
-            self._embedder.poke()
+        content = _record_content(fields)  # metadata was checked by _metadata above
+        record_id = hashlib.sha256(content.encode("utf-8")).hexdigest()
+        # Log-first: durable in the operation log when this returns; SQLite applies
+        # it with the next write or read (see MemoryStore.write_deferred).
+        waiting = self._store.write_deferred([(_INSERT_SQL, [record_id, content], False),
+                                              (_FTS_SQL, [record_id], False)])
+        self._unembedded += 1
+        if waiting >= APPLY_BATCH:
+            self._store.apply_deferred()
+            if self._embedder is not None:
+                self._embedder.poke()
         return record_id
 
     def correct(self, record_id: str, **changes: Any) -> str:
@@ -171,13 +255,19 @@ class ExperienceLedger:
     def embed_pending(self, batch: int = 256) -> int:
         """Give vectors to records that lack one (background; never on the caller's path)."""
         done = 0
+        self._store.apply_deferred()
         with self._embed_lock:
+            pending_before = self._unembedded
+            after = self._embedded_upto  # walk the key from there: "IS NULL" alone rescans the table
             while True:
                 rows = self._store.reader().execute(
                     "SELECT n, goal || ' ' || action || ' ' || result || ' ' || reflection FROM experiences"
-                    " WHERE embedding IS NULL ORDER BY n LIMIT ?", (batch,)).fetchall()
+                    " WHERE n > ? AND embedding IS NULL ORDER BY n LIMIT ?", (after, batch)).fetchall()
                 if not rows:
+                    self._unembedded = max(0, self._unembedded - pending_before)
+                    self._embedded_upto = after
                     return done
+                after = rows[-1][0]
                 vectors = self._memory._embed_texts([r[1] for r in rows])
                 with self._store.write() as conn:
                     conn.executemany("UPDATE experiences SET embedding=? WHERE n=?",
@@ -187,6 +277,7 @@ class ExperienceLedger:
 
     # -- reading ---------------------------------------------------------
     def get(self, record_id: str) -> Experience:
+        self._store.apply_deferred()
         row = self._store.reader().execute(
             f"SELECT {_COLUMNS} FROM experiences WHERE id=?", (str(record_id),)).fetchone()
         if row is None:
@@ -208,6 +299,7 @@ class ExperienceLedger:
         include_superseded: bool = False,
     ) -> list[tuple[Experience, float]]:
         """Filter in SQL, then rank by meaning (vector + keyword, fused) if a query is given."""
+        self._store.apply_deferred()
         where, params = ["1"], []
         if success is not None:
             where.append("e.success = ?")
@@ -241,30 +333,47 @@ class ExperienceLedger:
             rows = conn.execute(f"SELECT {_prefixed()} FROM experiences e WHERE {condition}"
                                 " ORDER BY e.stamp DESC LIMIT ?", (*params, n_results)).fetchall()
             return [(_from_row(r), 1.0) for r in rows]
-        return self._rank(query, condition, params, n_results)
+        filtered = len(where) > (1 if include_superseded else 2)  # beyond "1" and "not superseded"
+        return self._rank(query, condition, params, n_results, filtered)
 
-    def _rank(self, query: str, condition: str, params: list, n: int) -> list[tuple[Experience, float]]:
+    def _rank(self, query: str, condition: str, params: list, n: int,
+              filtered: bool = True) -> list[tuple[Experience, float]]:
+        """Vector and keyword hits fused by reciprocal rank.
+
+        Without filters (the common "have I done this before?") nothing scans the
+        ledger: the vector index gives candidates and the condition (not
+        superseded) is checked on those only. The keyword lane searches only
+        the query's rare words (a word in most records says little and would
+        make the full-text ranking score them all); the vector lane covers the rest.
+        """
         conn = self._store.reader()
-        allowed = np.array([r[0] for r in conn.execute(
-            f"SELECT e.n FROM experiences e WHERE {condition}", params)], dtype=np.int64)
-        if len(allowed) == 0:
-            return []
-        ranks: dict[int, float] = {}
+        if self._unembedded:
+            self.embed_pending()  # what was just recorded is found by meaning too
         vector = self._memory.embed_query(query)
         index = self._store.vectors["experiences"]
-        if len(allowed) <= 4096:
-            vectors = _stored_vectors(conn, allowed, self._store.dim)
-            sims = vectors @ vector
-            order = np.argsort(-sims)[: n * 4]
-            vector_hits = [(int(allowed[i]), float(sims[i])) for i in order if sims[i] > 0]
+        if filtered:
+            allowed = np.array([r[0] for r in conn.execute(
+                f"SELECT e.n FROM experiences e WHERE {condition}", params)], dtype=np.int64)
+            if len(allowed) == 0:
+                return []
+            if len(allowed) <= 4096:
+                vectors = _stored_vectors(conn, allowed, self._store.dim)
+                sims = vectors @ vector
+                order = np.argsort(-sims)[: n * 4]
+                vector_hits = [(int(allowed[i]), float(sims[i])) for i in order if sims[i] > 0]
+            else:
+                allowed_set = set(allowed.tolist())
+                labels, sims = index.search(vector, n * 4, allowed=lambda label: label in allowed_set)
+                vector_hits = list(zip(labels.tolist(), sims.tolist()))
         else:
-            allowed_set = set(allowed.tolist())
-            labels, sims = index.search(vector, n * 4, allowed=lambda label: label in allowed_set)
-            vector_hits = list(zip(labels.tolist(), sims.tolist()))
+            labels, sims = index.search(vector, n * 4)
+            keep = _satisfying(conn, labels.tolist(), condition, params)
+            vector_hits = [(label, sim) for label, sim in zip(labels.tolist(), sims.tolist()) if label in keep]
+        ranks: dict[int, float] = {}
         floor = self._memory.config.similarity_floor
         for rank, (label, sim) in enumerate(h for h in vector_hits if h[1] >= floor):
             ranks[label] = ranks.get(label, 0.0) + 1.0 / (RRF_K + rank + 1)
-        match = _fts_query(query)
+        match = _rare_words_query(conn, query)
         if match:
             keyword = conn.execute(
                 f"SELECT e.n FROM experiences_fts f JOIN experiences e ON e.n = f.rowid"
@@ -281,9 +390,11 @@ class ExperienceLedger:
         return [(_from_row(rows[label]), score) for label, score in best if label in rows]
 
     def count(self) -> int:
+        self._store.apply_deferred()
         return self._store.reader().execute("SELECT COUNT(*) FROM experiences").fetchone()[0]
 
     def success_rate(self) -> Optional[float]:
+        self._store.apply_deferred()
         row = self._store.reader().execute(
             "SELECT AVG(success) FROM experiences WHERE success IS NOT NULL").fetchone()
         return None if row[0] is None else float(row[0])
@@ -334,6 +445,33 @@ def _fts_query(text: str) -> str:
     return " OR ".join(f'"{t}"' for t in tokens[:32])
 
 
+RARE_WORD_RECORDS = 1000
+"""A query word found in more records than this is left to the vector lane."""
+
+
+def _rare_words_query(conn, text: str) -> str:
+    """An FTS query of the query's words that occur in few records (each probe stops early)."""
+    import re
+
+    rare = []
+    for token in list(dict.fromkeys(re.findall(r"\w+", text.lower())))[:16]:
+        quoted = f'"{token}"'
+        hits = conn.execute("SELECT COUNT(*) FROM (SELECT rowid FROM experiences_fts WHERE experiences_fts MATCH ?"
+                            " LIMIT ?)", (quoted, RARE_WORD_RECORDS + 1)).fetchone()[0]
+        if 0 < hits <= RARE_WORD_RECORDS:
+            rare.append(quoted)
+    return " OR ".join(rare)
+
+
+def _satisfying(conn, labels: list[int], condition: str, params: list) -> set[int]:
+    """Which of these records meet the condition (checked on them only)."""
+    if not labels:
+        return set()
+    marks = ",".join("?" * len(labels))
+    return {r[0] for r in conn.execute(
+        f"SELECT e.n FROM experiences e WHERE e.n IN ({marks}) AND {condition}", [*labels, *params])}
+
+
 def _text(name: str, value: Any, required: bool = False) -> str:
     if value is None:
         value = ""
@@ -363,6 +501,15 @@ def _tag_list(tags: Any) -> list:
     if not isinstance(tags, (list, tuple, set, frozenset)):
         raise InvalidInputError(f"tags must be a list of strings, got {type(tags).__name__}")
     return list(tags)
+
+
+def _tags(tags: Any) -> list[str]:
+    """Tags as stored and hashed: stripped, lower-case, unique, sorted."""
+    if type(tags) is list and all(type(t) is str for t in tags):  # the usual call: skip the copies
+        cleaned = {t.strip().lower() for t in tags}
+        if "" not in cleaned:
+            return sorted(cleaned)
+    return sorted({_tag(t) for t in _tag_list(tags)})
 
 
 def _tag(tag: Any) -> str:

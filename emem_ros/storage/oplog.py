@@ -10,17 +10,19 @@ transaction. So:
   replaying the log into an empty file.
 
 Records are logical transactions: the mutating statements and their
-parameters, JSON-encoded (bytes as base64) and zlib-compressed. Replaying
-them in order on the same schema reproduces the same rows, ids included,
-because our SQL never reads clocks or randomness.
+parameters. Replaying them in order on the same schema reproduces the same
+rows, ids included, because our SQL never reads clocks or randomness.
 
-Segment file layout: ``MAGIC`` then records ``<length u32><crc32 u32><seq u64><payload>``.
+Segment file layout: a magic naming the record encoding, then records
+``<length u32><crc32 u32><seq u64><payload>``. ``EMEMLOG2`` segments hold
+the compact binary encoding of ``logcodec``; ``EMEMLOG1`` segments (JSON +
+zlib, written before it) are still read. New records always go to a
+segment of the current format: a log that ends in an old segment starts a
+new one on its first append.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import os
 import re
@@ -29,41 +31,41 @@ import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
+
+from emem_ros.storage import logcodec
+from emem_ros.storage.logcodec import Statement
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"EMEMLOG1"
+MAGIC_V1 = b"EMEMLOG1"
+MAGIC_V2 = b"EMEMLOG2"
+MAGIC = MAGIC_V2
+"""The magic of segments written now."""
+MAGIC_SIZE = len(MAGIC)
+DECODERS: dict[bytes, Callable[[bytes], list[Statement]]] = {
+    MAGIC_V1: logcodec.decode_v1,
+    MAGIC_V2: logcodec.decode_v2,
+}
+ENCODERS: dict[bytes, Callable[[list[Statement]], bytes]] = {
+    MAGIC_V1: logcodec.encode_v1,
+    MAGIC_V2: logcodec.encode_v2,
+}
 FRAME = struct.Struct("<IIQ")
 SEGMENT_NAME = re.compile(r"^(\d{12})\.seg$")
-Statement = tuple[str, Any, bool]  # (sql, params or rows, many)
 
 
 class LogCorruptError(Exception):
     """A record in the middle of the log is damaged (not a torn tail)."""
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$b": base64.b64encode(bytes(value)).decode("ascii")}
-    raise TypeError(f"cannot log a value of type {type(value).__name__}")
-
-
-def _hook(obj: dict) -> Any:
-    if len(obj) == 1 and "$b" in obj:
-        return base64.b64decode(obj["$b"])
-    return obj
-
-
 def encode(statements: list[Statement]) -> bytes:
-    body = json.dumps([[sql, params, int(many)] for sql, params, many in statements],
-                      separators=(",", ":"), default=_default)
-    return zlib.compress(body.encode("utf-8"), 1)
+    """A record's payload in the current format."""
+    return logcodec.encode_v2(statements)
 
 
-def decode(payload: bytes) -> list[Statement]:
-    items = json.loads(zlib.decompress(payload).decode("utf-8"), object_hook=_hook)
-    return [(sql, params, bool(many)) for sql, params, many in items]
+def decode(payload: bytes, magic: bytes = MAGIC) -> list[Statement]:
+    return DECODERS[magic](payload)
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,19 @@ class Record:
 class OpLog:
     """Segmented append-only log in ``<db>.log/``; one writer (the store's lock)."""
 
-    def __init__(self, folder: Path, segment_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, folder: Path, segment_bytes: int = 64 * 1024 * 1024, magic: bytes = MAGIC) -> None:
+        """``magic`` picks the format new segments are written in (tests and benchmarks
+        write the old one to check that it still reads)."""
+        if magic not in ENCODERS:
+            raise ValueError(f"unknown operation log format {magic!r}")
         self.folder = folder
         self.segment_bytes = segment_bytes
+        self.magic = magic
+        self._encode = ENCODERS[magic]
         self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._handle = None
+        self._size = 0  # bytes in the open segment (tell() would cost a system call per append)
         self.torn_bytes_cut = 0
         self.last_seq = self._recover_tail()
 
@@ -99,10 +108,11 @@ class OpLog:
         if not segments:
             return 0
         first_seq, path = segments[-1]
-        last, good_end = first_seq - 1, len(MAGIC)
+        last, good_end = first_seq - 1, MAGIC_SIZE
         with open(path, "rb") as handle:
-            if handle.read(len(MAGIC)) != MAGIC:
-                good_end = 0
+            magic = handle.read(MAGIC_SIZE)
+            if magic not in DECODERS:
+                good_end = 0  # a segment whose creation was cut short: it holds nothing
             else:
                 for seq, _payload, end in _scan(handle, tolerate_tail=True):
                     last, good_end = seq, end
@@ -114,12 +124,12 @@ class OpLog:
             with open(path, "rb+") as handle:
                 handle.truncate(good_end)
                 if good_end == 0:
-                    handle.write(MAGIC)
+                    handle.write(self.magic)
                 os.fsync(handle.fileno())
         return last
 
     def _writer(self, seq: int):
-        if self._handle is not None and self._handle.tell() < self.segment_bytes:
+        if self._handle is not None and self._size < self.segment_bytes:
             return self._handle
         if self._handle is not None:
             self._handle.flush()
@@ -127,24 +137,45 @@ class OpLog:
             self._handle.close()
             self._handle = None
         segments = self.segments()
-        if segments and segments[-1][1].stat().st_size < self.segment_bytes:
-            handle = open(segments[-1][1], "ab")
-        else:
-            handle = open(self.folder / f"{seq:012d}.seg", "ab")
-            handle.write(MAGIC)
+        if segments:
+            last = segments[-1][1]
+            size = last.stat().st_size
+            if size < self.segment_bytes and _magic_of(last) == self.magic:
+                self._handle = open(last, "ab", buffering=0)
+                self._size = size
+                return self._handle
+        # A new segment is named by its first record; a file of that name can only
+        # be an empty segment (e.g. an old-format one holding no record yet).
+        path = self.folder / f"{seq:012d}.seg"
+        if path.exists() and path.stat().st_size > MAGIC_SIZE:
+            raise LogCorruptError(f"{path} already holds records from seq {seq} on, "
+                                  f"but the log ends at seq {seq - 1}")
+        handle = open(path, "wb", buffering=0)  # unbuffered: one system call per record
+        handle.write(self.magic)
         self._handle = handle
+        self._size = len(self.magic)
         return handle
 
     # -- writing ----------------------------------------------------------
     def append(self, statements: list[Statement]) -> tuple[int, int]:
         """Append one transaction; returns (seq, offset) for `undo_append`."""
-        payload = encode(statements)
+        payload = self._encode(statements)
+        frame_head = FRAME.pack  # local names: this is every write's path
         with self._lock:
             seq = self.last_seq + 1
             handle = self._writer(seq)
-            offset = handle.tell()
-            handle.write(FRAME.pack(len(payload), zlib.crc32(payload) & 0xFFFFFFFF, seq) + payload)
-            handle.flush()  # in the OS: survives a killed process; fsync() for power loss
+            offset = self._size
+            head = frame_head(len(payload), zlib.crc32(payload) & 0xFFFFFFFF, seq)
+            try:
+                _write_all(handle, head, payload)  # in the OS: survives a killed process; fsync() for power loss
+            except BaseException:
+                try:  # no half record may stay in front of the next one
+                    handle.truncate(offset)
+                    handle.seek(offset)  # a new segment is not opened in append mode
+                except OSError:
+                    log.exception("could not take back a partly written log record at byte %d", offset)
+                raise
+            self._size = offset + len(head) + len(payload)
             self.last_seq = seq
             return seq, offset
 
@@ -156,6 +187,7 @@ class OpLog:
             self._handle.flush()
             self._handle.truncate(offset)
             self._handle.seek(offset)
+            self._size = offset
             self.last_seq = seq - 1
 
     def sync(self) -> None:
@@ -181,12 +213,13 @@ class OpLog:
             if next_first is not None and next_first - 1 <= after:
                 continue
             with open(path, "rb") as handle:
-                if handle.read(len(MAGIC)) != MAGIC:
+                decoder = DECODERS.get(handle.read(MAGIC_SIZE))
+                if decoder is None:
                     raise LogCorruptError(f"{path} is not an emem operation log segment")
                 for seq, payload, _ in _scan(handle, tolerate_tail=next_first is None):
                     if seq > after:
                         try:
-                            statements = decode(payload)
+                            statements = decoder(payload)
                         except (ValueError, zlib.error) as exc:
                             raise LogCorruptError(f"record seq {seq} in {path.name} cannot be decoded: {exc}") from exc
                         yield Record(seq, statements)
@@ -203,6 +236,28 @@ class OpLog:
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for _, p in self.segments())
+
+
+def _write_all(handle, head: bytes, payload: bytes) -> None:
+    """One system call per record; an unbuffered write may take only part (a signal, a full disk)."""
+    total = len(head) + len(payload)
+    written = _writev(handle.fileno(), (head, payload)) if _writev is not None else handle.write(head + payload)
+    if written == total:
+        return
+    view = memoryview(head + payload)[written or 0:]
+    while view:
+        written = handle.write(view)
+        if not written:
+            raise OSError(f"could not append to the operation log {handle.name}")
+        view = view[written:]
+
+
+_writev = getattr(os, "writev", None)
+
+
+def _magic_of(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(MAGIC_SIZE)
 
 
 def _scan(handle, tolerate_tail: bool) -> Iterator[tuple[int, bytes, int]]:

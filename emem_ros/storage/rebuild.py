@@ -34,6 +34,7 @@ class RebuildReport:
     last_seq: int
     seconds: float
     old_file: Optional[Path]
+    log_bytes: int = 0
 
 
 def newest_base(log_dir: Path) -> Optional[tuple[int, Path]]:
@@ -112,6 +113,7 @@ def rebuild_from_log(db_path: str | os.PathLike, keep_old: bool = True) -> Rebui
     index_dir = path.with_name(path.name + ".idx")
     if index_dir.exists():
         shutil.rmtree(index_dir)
-    report = RebuildReport(records, base_seq, last, time.perf_counter() - started, old_file)
+    log_bytes = sum(p.stat().st_size for p in log_dir.glob("*.seg"))
+    report = RebuildReport(records, base_seq, last, time.perf_counter() - started, old_file, log_bytes)
     log.info("rebuilt %s from %d log records in %.2f s", path, records, report.seconds)
     return report

@@ -41,7 +41,7 @@ from emem_ros.core.types import (
 from emem_ros.indexes.spatial_index import SpatialIndex
 from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
-from emem_ros.storage.oplog import OpLog, RecordingConnection, apply_record
+from emem_ros.storage.oplog import OpLog, Record, RecordingConnection, apply_record
 from emem_ros.storage.schema import migrate
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,11 @@ class NewObservation:
     value: Optional[float] = None
     metadata: Optional[dict[str, Any]] = None
     embedding: Optional[np.ndarray] = None
+    tier: Optional[str] = None
+    """None for a new observation (short_term); an import keeps the tier it had."""
+    tier_since: Optional[float] = None
+    gist_id: Optional[int] = None
+    """SUMMARIZES link kept by an import (new observations have none)."""
 
     @property
     def wants_vector(self) -> bool:
@@ -170,7 +175,10 @@ class MemoryStore:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        self.commit_listeners: list[Callable[[Optional[list]], None]] = []
+        """Called after each commit, under the writer lock, with its statements (see _after_commit)."""
         self._text_cache = _TextCache(config.embedding_cache_size)
+        self._deferred: list[tuple[int, list]] = []  # (seq, statements) logged, not yet in SQLite
         self._conn = self._connect()
         self.oplog: Optional[OpLog] = None
         try:
@@ -240,7 +248,10 @@ class MemoryStore:
                 raise StoreError("the memory is closed")
             self._conn.execute("BEGIN IMMEDIATE")
             conn = RecordingConnection(self._conn) if self.oplog is not None else self._conn
+            deferred = self._deferred
             try:
+                for seq, statements in deferred:  # logged earlier: they come first, in log order
+                    apply_record(self._conn, Record(seq, statements))
                 yield conn
                 if self.oplog is not None and conn.statements:
                     seq, offset = self.oplog.append(conn.statements)
@@ -252,11 +263,74 @@ class MemoryStore:
                         self.oplog.undo_append(seq, offset)
                         raise
                 else:
+                    if deferred:
+                        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                                           (str(deferred[-1][0]),))
                     self._conn.execute("COMMIT")
+                if deferred:
+                    self._deferred = []
             except BaseException:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
+            self._after_commit(deferred, conn)
+
+    def _after_commit(self, deferred: list, conn: Any) -> None:
+        """Tell the commit listeners (the query cache) what was written; never fails the write.
+
+        They get the transaction's mutating statements, or None when they are not
+        known (no operation log): "something changed".
+        """
+        if not self.commit_listeners:
+            return
+        statements: Optional[list] = None
+        if self.oplog is not None:
+            statements = [s for item in deferred
+                          for s in (item.statements if hasattr(item, "statements") else item[1])]
+            statements += getattr(conn, "statements", [])
+            if not statements:
+                return
+        for listener in list(self.commit_listeners):
+            try:
+                listener(statements)
+            except Exception:
+                log.exception("a commit listener failed")
+
+    def write_deferred(self, statements: list) -> int:
+        """Make a small transaction durable in the log now; SQLite applies it with the next write.
+
+        For writes that must be cheap at the caller (the experience ledger): the
+        record is in the log (in the OS, like every commit) when this returns, so
+        a crash loses nothing (the open redoes it); SQLite and the derived
+        indexes catch up at the next ``write()``, ``apply_deferred()``,
+        checkpoint or close. Readers that must see it call ``apply_deferred()``.
+        Without a log it is an ordinary write. Returns how many wait to be applied.
+        """
+        with self._write_lock:
+            if self._closed:
+                raise StoreError("the memory is closed")
+            if self.oplog is None:
+                with self.write() as conn:
+                    apply_record(conn, Record(0, statements))
+                return 0
+            seq, _ = self.oplog.append(statements)
+            self._deferred.append((seq, statements))
+            return len(self._deferred)
+
+    @property
+    def deferred_count(self) -> int:
+        return len(self._deferred)
+
+    def apply_deferred(self) -> int:
+        """Apply logged-but-not-applied transactions to SQLite now; returns how many."""
+        if not self._deferred:
+            return 0
+        with self._write_lock:
+            count = len(self._deferred)
+            if count and not self._closed:
+                with self.write():
+                    pass  # write() applies them first, in one transaction
+            return count
 
     def _redo_from_log(self) -> int:
         """Apply log records SQLite had not committed when the process died."""
@@ -423,6 +497,7 @@ class MemoryStore:
         if self.oplog is None:
             return None
         with self._write_lock:
+            self.apply_deferred()  # the base must hold everything up to the seq it is named by
             seq = self.oplog.last_seq
             final = self.log_dir / f"base-{seq:012d}.db"
             temp = self.log_dir / f".base-{seq:012d}.db.tmp"
@@ -482,12 +557,15 @@ class MemoryStore:
                         (
                             o.id, text_ids[o.text], o.stamp, o.layer, o.source_type,
                             *(o.position if o.position is not None else (None, None, None)),
-                            o.frame_id, o.confidence, o.episode_id, Tier.SHORT_TERM.value, now,
-                            o.value, codec.dumps(o.metadata),
+                            o.frame_id, o.confidence, o.episode_id, o.tier or Tier.SHORT_TERM.value,
+                            now if o.tier_since is None else o.tier_since, o.value, codec.dumps(o.metadata),
                         )
                         for o in batch
                     ],
                 )
+                linked = [(o.gist_id, o.id) for o in batch if o.gist_id is not None]
+                if linked:  # only imports carry SUMMARIZES links
+                    conn.executemany("UPDATE observations SET gist_id=? WHERE id=?", linked)
                 refs: dict[int, int] = {}
                 for o in batch:
                     refs[text_ids[o.text]] = refs.get(text_ids[o.text], 0) + 1
@@ -921,6 +999,10 @@ class MemoryStore:
             if self._closed:
                 return
             try:
+                try:
+                    self.apply_deferred()
+                except Exception:  # still in the log: the next open redoes it
+                    log.exception("could not apply %d logged transaction(s) at close", len(self._deferred))
                 if not self.needs_reembed:
                     self.save_indexes()
             finally:
