@@ -13,11 +13,15 @@ from test.support.scene import scene_memory
 TEN = ["semantic_search", "spatial_query", "temporal_query", "episode_summary", "get_current_context",
        "search_gists", "entity_query", "locate", "recall", "body_status"]
 ACTIONS = ["store_specific_memory", "start_episode", "end_episode"]
+AGENT = ["record_experience", "find_experiences", "memory_stats"]
+AGENT_QUERIES = ["find_experiences", "memory_stats"]
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    memory, clock, scene = scene_memory(tmp_path_factory.mktemp("registry"), steps_per_room=60)
+    # No query cache here: these tests compare repeated calls' answers (test_agent_cache.py tests the cache).
+    memory, clock, scene = scene_memory(tmp_path_factory.mktemp("registry"), steps_per_room=60,
+                                        query_cache_enabled=False)
     yield memory, clock, scene
     memory.close()
 
@@ -25,7 +29,7 @@ def world(tmp_path_factory):
 def test_definitions_have_the_openai_ollama_shape(world):
     memory, _, _ = world
     definitions = memory.get_tool_definitions()
-    assert [d["function"]["name"] for d in definitions] == TEN + ACTIONS
+    assert [d["function"]["name"] for d in definitions] == TEN + ACTIONS + AGENT
     json.dumps(definitions)
     for definition in definitions:
         assert definition["type"] == "function"
@@ -36,7 +40,7 @@ def test_definitions_have_the_openai_ollama_shape(world):
         assert set(params["required"]) <= set(params["properties"])
         for name, schema in params["properties"].items():
             assert schema.get("description"), (function["name"], name)
-    assert [d["function"]["name"] for d in memory.get_tool_definitions(include_actions=False)] == TEN
+    assert [d["function"]["name"] for d in memory.get_tool_definitions(include_actions=False)] == TEN + AGENT_QUERIES
     search = definitions[0]["function"]["parameters"]
     assert search["required"] == ["query"]
     assert search["properties"]["time_after"]["type"] == ["string", "number"]
@@ -135,7 +139,7 @@ def test_other_modules_can_register_tools(world):
         return f"{n_results} lessons about {topic}"
 
     spec = ToolSpec(
-        "find_experiences", "Find what was learned before about a topic, best first, from the experience ledger.",
+        "find_lessons", "Find what was learned before about a topic, best first, from the experience ledger.",
         {"type": "object", "properties": {
             "topic": {"type": "string", "description": "What the lesson is about."},
             "n_results": {"type": "integer", "description": "How many.", "minimum": 1},
@@ -144,12 +148,12 @@ def test_other_modules_can_register_tools(world):
         lessons, time_params=frozenset({"since"}))
     memory.register_tool(spec)
     try:
-        assert "find_experiences" in [d["function"]["name"] for d in memory.get_tool_definitions()]
-        assert memory.dispatch_tool_call("find_experiences", {"topic": "mugs", "n_results": "2"}) == \
+        assert "find_lessons" in [d["function"]["name"] for d in memory.get_tool_definitions()]
+        assert memory.dispatch_tool_call("find_lessons", {"topic": "mugs", "n_results": "2"}) == \
             "2 lessons about mugs"
-        memory.dispatch_tool_call("find_experiences", {"topic": "mugs", "since": "-1h"})
+        memory.dispatch_tool_call("find_lessons", {"topic": "mugs", "since": "-1h"})
         assert calls[-1][2] == pytest.approx(memory.now() - 3600)
-        assert "needs 'topic'" in memory.dispatch_tool_call("find_experiences", {})
+        assert "needs 'topic'" in memory.dispatch_tool_call("find_lessons", {})
         with pytest.raises(ValueError, match="already registered"):
             memory.register_tool(spec)
         memory.register_tool(spec, replace=True)
@@ -157,13 +161,13 @@ def test_other_modules_can_register_tools(world):
             memory.register_tool(ToolSpec("broken", "x" * 20, {"type": "object", "properties": {},
                                                                 "required": ["q"]}, lessons))
     finally:
-        memory.tools.registry.unregister("find_experiences")
+        memory.tools.registry.unregister("find_lessons")
 
 
 def test_tools_for_registration_are_named_callables(world):
     memory, _, _ = world
     pairs = memory.get_tools_for_registration()
-    assert [d["function"]["name"] for _, d in pairs] == TEN + ACTIONS
+    assert [d["function"]["name"] for _, d in pairs] == TEN + ACTIONS + AGENT
     search, definition = pairs[0]
     assert search.__name__ == "semantic_search" and search.__doc__ == definition["function"]["description"]
     assert search(query="red chair", n_results=2) == memory.semantic_search("red chair", n_results=2)

@@ -74,6 +74,16 @@ class MemoryConfig:
     recency_halflife: float = 3600.0
     similarity_floor: float = 0.2
 
+    # Query cache (emem_ros/agent/query_cache.py)
+    query_cache_enabled: bool = True
+    """Answer a repeated question from cache while nothing it depends on was written."""
+    query_cache_threshold: float = 0.95
+    """Cosine of the query embeddings from which two questions count as the same (with the same keywords)."""
+    query_cache_size: int = 256
+    """Answers kept (least recently used dropped first)."""
+    query_cache_ttl: float = 300.0
+    """Seconds (wall clock) an answer may be served from cache at most."""
+
     # HNSW
     hnsw_ef_construction: int = 200
     hnsw_m: int = 16
@@ -99,6 +109,7 @@ class MemoryConfig:
             "consolidation_time_gap", "consolidation_max_extent", "consolidation_max_size",
             "entity_spatial_radius", "recency_halflife", "hnsw_ef_construction", "hnsw_m",
             "hnsw_ef_search", "hnsw_max_elements", "embedding_cache_size", "log_segment_bytes",
+            "query_cache_size", "query_cache_ttl",
         )
         non_negative = ("flush_interval", "index_save_interval", "archive_after_seconds", "recency_weight",
                         "log_keep_segments")
@@ -110,7 +121,7 @@ class MemoryConfig:
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise InvalidInputError(f"{name} must be zero or a positive number, got {value!r}")
-        for name in ("entity_similarity_threshold", "similarity_floor"):
+        for name in ("entity_similarity_threshold", "similarity_floor", "query_cache_threshold"):
             value = getattr(self, name)
             if not _is_number(value) or not -1.0 <= value <= 1.0:
                 raise InvalidInputError(f"{name} must be a cosine similarity in [-1, 1], got {value!r}")

