@@ -165,3 +165,73 @@ def test_free_text_gives_entities_only_through_an_llm(tmp_path, clock):
     smart.extract_entities()
     assert sorted(e["name"] for e in entities(smart)) == ["red mug", "table"]
     assert llm.calls == 2  # one call per distinct text, not per observation
+
+
+def visit_many(memory, t0: float, robot: tuple[float, float], objects: list[tuple[str, tuple[float, float]]],
+               seconds: int = 30, two_d: bool = False) -> float:
+    """Like ``visit``, but objects may share a label (two chairs): a list of (label, position)."""
+    for i in range(seconds):
+        for label, (ox, oy) in objects:
+            memory.add(label, x=ox, y=oy, z=0.8, timestamp=t0 + i, layer_name="objects3d",
+                       source_type="perception", metadata={"class_id": label})
+            if two_d:
+                memory.add(label, x=robot[0], y=robot[1], timestamp=t0 + i, layer_name="detections",
+                           source_type="perception", metadata={"class_id": label, "position_source": "odometry"})
+    return t0 + seconds
+
+
+@pytest.mark.parametrize("objects", [
+    [("chair", (1.0, 3.0)), ("chair", (2.5, 3.0))],  # two chairs at one table
+    [("red mug", (0.0, 2.0)), ("red mug", (4.0, 2.0))],  # two mugs 4 m apart in one view
+], ids=["chairs-1.5m", "mugs-4m"])
+def test_objects_of_one_label_measured_apart_in_one_visit_stay_apart(tmp_path, clock, objects):
+    """The instances ``_sightings`` split must not merge back into one phantom at their midpoint,
+    neither in the visit that split them nor when a later visit sees them again."""
+    memory = open_memory(tmp_path / "m.db", clock)
+    t = visit_many(memory, clock.now, (2.0, 2.0), objects, two_d=True)
+    memory.flush()
+    clock.now = t + 1000
+    memory.extract_entities()
+    end = visit_many(memory, clock.now, (2.0, 2.0), objects)
+    memory.flush()
+    clock.now = end + 1000
+    memory.extract_entities()
+    found = sorted((e for e in entities(memory) if e["name"] == objects[0][0]), key=lambda e: e["x"])
+    assert [(e["x"], e["y"]) for e in found] == [(pytest.approx(x), pytest.approx(y)) for _, (x, y) in objects]
+    assert all(e["spread"] < 0.01 for e in found)
+    assert [e["meta"]["visits"] for e in found] in ([3, 2], [2, 3])  # the one 2-D sighting went to one of them
+
+
+def test_the_same_mug_seen_through_a_doorway_is_one_entity(tmp_path, clock):
+    """Measured positions 0.3 m apart from viewpoints 5 m apart: the same spot, so the same mug."""
+    memory = open_memory(tmp_path / "m.db", clock)
+    t = visit(memory, clock.now, (3.0, 5.0), {"red mug": (5.0, 5.0)}, three_d=True)
+    end = visit(memory, t + 60, (8.0, 5.0), {"red mug": (5.3, 5.0)}, three_d=True)
+    memory.flush()
+    clock.now = end + 1000
+    memory.extract_entities()
+    (mug,) = entities(memory)
+    assert (mug["x"], mug["y"]) == (pytest.approx(5.15), pytest.approx(5.0))
+
+
+def test_robot_pose_sightings_count_for_the_measured_object_they_can_see(tmp_path, clock):
+    """2-D detections from several spots up to 6 m away (one before the object was ever measured)
+    all go to the one measured entity, not to a trail of entities where the robot stood."""
+    memory = open_memory(tmp_path / "m.db", clock)
+    t = clock.now
+    for robot in ((7.0, 2.0), (7.0, 13.0)):  # far ends of a corridor: 2-D only
+        t = visit(memory, t, robot, {"fire extinguisher": (7.7, 8.0)}, three_d=False) + 200
+    t = visit(memory, t, (7.0, 6.0), {"fire extinguisher": (7.7, 8.0)}, three_d=True)
+    memory.flush()
+    clock.now = t + 1000
+    memory.extract_entities()
+    (extinguisher,) = entities(memory)
+    assert (extinguisher["x"], extinguisher["y"]) == (pytest.approx(7.7), pytest.approx(8.0))
+    assert extinguisher["sightings"] == 120 and extinguisher["meta"]["visits"] == 4
+    # A later run: a robot-pose sighting from 6 m away still counts for it.
+    end = visit(memory, clock.now, (7.0, 14.0), {"fire extinguisher": (7.7, 8.0)}, three_d=False)
+    memory.flush()
+    clock.now = end + 1000
+    assert memory.extract_entities().created == 0
+    (extinguisher,) = entities(memory)
+    assert extinguisher["last"] == end - 1

@@ -23,7 +23,9 @@ def test_a_multi_room_patrol_gives_one_gist_per_room_visit(tmp_path, clock):
         cx, cy = rooms[room]
         assert cx * ROOM <= centroid[0] <= (cx + 1) * ROOM and cy * ROOM <= centroid[1] <= (cy + 1) * ROOM
     assert max(r[7] for r in rows) < 7.5  # no gist covers more than a room and its doorway
-    assert sum(r[2] for r in rows) == report.observations == info.observations - report.noise
+    # a gist counts what it perceived; the visit's body readings are promoted with it, not summarised
+    assert 0 < report.readings <= info.layers["battery"] and report.body_only == 0
+    assert sum(r[2] for r in rows) + report.readings == report.observations == info.observations - report.noise
     tiers = dict(memory.store.reader().execute("SELECT tier, COUNT(*) FROM observations GROUP BY tier").fetchall())
     assert tiers["long_term"] == report.observations
     # SUMMARIZES: every consolidated observation points at a gist covering its time
@@ -32,7 +34,8 @@ def test_a_multi_room_patrol_gives_one_gist_per_room_visit(tmp_path, clock):
         " WHERE o.stamp < g.time_start OR o.stamp > g.time_end").fetchone()[0]
     assert bad == 0
     first = memory.store.get_gists([rows[0][0]])[0]
-    assert first.layers == ("battery", "detections", "objects3d", "scene")
+    assert first.layers == ("detections", "objects3d", "scene")
+    assert "battery" not in first.text and first.metadata["body"]["battery"].endswith("%")
     assert first.metadata["summary"] == "fallback" and first.metadata["place"] == "kitchen"
     assert " | " not in first.text and "×" in first.text
     # the gists are searchable by meaning
@@ -88,10 +91,16 @@ def test_per_layer_gists_hold_one_layer_each(tmp_path, clock):
     memory = open_memory(tmp_path / "m.db", clock, consolidation_per_layer=True)
     patrol_into(memory, clock, 2000)
     age_past_window(memory, clock)
-    memory.consolidate_time_window()
+    report = memory.consolidate_time_window()
     layers = [json.loads(r[5]) for r in gist_rows(memory)]
     assert layers and all(len(l) == 1 for l in layers)
-    assert {l[0] for l in layers} == {"detections", "objects3d", "scene", "battery"}
+    # battery clusters hold body readings only: promoted without a gist
+    assert {l[0] for l in layers} == {"detections", "objects3d", "scene"}
+    assert report.body_only > 0 and report.readings > 0
+    battery = memory.store.reader().execute(
+        "SELECT COUNT(*), SUM(tier = 'long_term'), SUM(gist_id IS NULL) FROM observations WHERE layer = 'battery'"
+    ).fetchone()
+    assert battery[1] == report.readings and battery[2] == battery[0]
 
 
 def test_consolidation_keeps_working_after_a_restart(tmp_path, clock):

@@ -4,7 +4,12 @@
 import numpy as np
 import pytest
 
-from emem_ros.core.errors import EmemError, InvalidInputError, WorkingMemoryFullError
+from emem_ros.core.errors import (
+    EmbeddingUnavailableError,
+    EmemError,
+    InvalidInputError,
+    WorkingMemoryFullError,
+)
 from emem_ros.embeddings import HashingEmbeddingProvider
 
 
@@ -169,7 +174,7 @@ class FlakyProvider(HashingEmbeddingProvider):
 def test_failed_flush_keeps_the_batch_for_retry(make_memory):
     memory = make_memory(provider=FlakyProvider(failures=1))
     ids = [memory.add(f"thing {i}", x=i, y=0) for i in range(5)]
-    with pytest.raises(RuntimeError, match="unavailable"):
+    with pytest.raises(EmbeddingUnavailableError, match="unavailable"):
         memory.flush()
     assert memory.pending == 5
     assert memory.store.counts()["observations"] == 0
@@ -179,15 +184,20 @@ def test_failed_flush_keeps_the_batch_for_retry(make_memory):
 
 
 def test_full_buffer_with_failing_flushes_refuses_loudly(make_memory):
+    """add() raises only when it refuses an observation; an accepted one is never an error."""
     memory = make_memory(provider=FlakyProvider(failures=100), working_memory_size=4, flush_batch_size=4)
-    for i in range(3):
-        memory.add(f"t{i}", x=0, y=0)
-    with pytest.raises(RuntimeError):
-        memory.add("t3", x=0, y=0)  # reaches the batch size: synchronous flush fails, batch kept
+    ids = [memory.add(f"t{i}", x=0, y=0) for i in range(3)]
+    # Reaches the batch size: the synchronous flush fails, but t3 was accepted, so add returns its id
+    # (raising would make a retrying caller store it twice).
+    ids.append(memory.add("t3", x=0, y=0))
+    assert ids == ["obs-1", "obs-2", "obs-3", "obs-4"]
     assert memory.pending == 4
     with pytest.raises(WorkingMemoryFullError, match="full"):
         memory.add("t4", x=0, y=0)
     assert memory.pending == 4
+    memory.embedder.failures = 0  # the embedder is back: everything accepted is stored, once
+    assert memory.flush() == 4
+    assert [o.text for o in memory.store.query_observations(order="o.id")] == ["t0", "t1", "t2", "t3"]
 
 
 def test_timer_flushes_without_further_adds(make_memory):

@@ -24,7 +24,7 @@ from rosbags.typesys.base import Nodetype  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "emem_ros"
 
-MESSAGES = ("BodyReading", "Entity", "Episode", "Gist", "MemoryHit")
+MESSAGES = ("BodyCrossing", "BodyReading", "Entity", "Episode", "Gist", "MemoryHit")
 
 # The contract with planners written for the peer `emem` package: tool names and
 # parameter names, in order. Renaming any of them breaks those planners.
@@ -40,7 +40,8 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "entity_query": ("name", "entity_type", "near_x", "near_y", "spatial_radius", "last_seen_after", "n_results"),
     "locate": ("concept", "n_results", "layer", "time_after", "time_before"),
     "recall": ("query", "n_results", "radius_multiplier"),
-    "body_status": ("layers",),
+    # Optional parameters may be added after emem's; body_status(layers) calls keep working.
+    "body_status": ("layers", "at_time", "below", "above", "time_after", "time_before", "n_results"),
 }
 ACTIONS: dict[str, tuple[str, ...]] = {
     "store_specific_memory": ("text", "x", "y", "z", "layer_name", "metadata_json"),
@@ -68,7 +69,7 @@ RESULT_LISTS: dict[str, dict[str, str]] = {
     "locate": {"hits": "MemoryHit[]", "location": "geometry_msgs/msg/PointStamped", "radius": "float64",
                "found": "bool"},
     "recall": {"hits": "MemoryHit[]", "nearby": "MemoryHit[]"},
-    "body_status": {"readings": "BodyReading[]"},
+    "body_status": {"readings": "BodyReading[]", "crossings": "BodyCrossing[]"},
     "store_specific_memory": {"id": "string"},
     "start_episode": {"episode_id": "string"},
     "end_episode": {"episode_id": "string"},
@@ -85,6 +86,7 @@ REQUEST_TYPES: dict[str, str] = {
     "spatial_radius": "float64", "radius": "float64", "n_results": "uint32", "last_n": "uint32",
     "last_n_minutes": "float64", "include_recent_minutes": "float64", "radius_multiplier": "float64",
     "success": "int8", "layers": "string[]", "tags": "string[]", "consolidate": "bool",
+    "at_time": "string", "below": "float64", "above": "float64",
 }
 
 # Field names that collide with a keyword of a generated language break the build
@@ -250,6 +252,10 @@ def test_message_fields(typestore) -> None:
     assert fields(typestore, f"{PKG}/msg/BodyReading") == {
         "layer": "string", "text": "string", "value": "float64", "stamp": time, "position": point,
         "has_position": "bool"}
+    assert fields(typestore, f"{PKG}/msg/BodyCrossing") == {
+        "layer": "string", "direction": "string", "threshold": "float64", "unit": "string",
+        "has_before": "bool", "before": "BodyReading", "before_level": "float64", "after": "BodyReading",
+        "after_level": "float64"}
 
 
 def test_constants_match_the_core_vocabulary(typestore) -> None:

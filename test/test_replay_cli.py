@@ -146,7 +146,7 @@ def test_query_body_status_and_list(replayed):
     code, out, _ = run("query", db, "body_status", 'layers=["battery"]')
     assert code == 0 and "[battery] battery 4" in out and "cpu_temp" not in out
     code, out, _ = run("query", db, "--list")
-    assert code == 0 and "locate(concept, n_results?" in out and "body_status(layers?)" in out
+    assert code == 0 and "locate(concept, n_results?" in out and "body_status(layers?, at_time?, below?, above?" in out
 
 
 def test_query_errors_are_plain_and_set_the_exit_code(replayed, tmp_path):

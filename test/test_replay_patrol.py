@@ -144,7 +144,7 @@ def test_the_3d_detections_locate_each_object_within_a_metre(memory, thing):
 def test_an_entity_of_each_object_sits_within_a_metre_and_none_in_another_room(memory, thing):
     result = memory.tools.entity_query(name=thing["name"], n_results=20)
     same = [h for h in result.hits if h.text == thing["name"]]
-    assert same, result
+    assert len(same) == 1, result  # one object, one entity: 2-D sightings count for the measured one
     assert min(math.dist(h.position[:2], thing["position"][:2]) for h in same) < 1.0
     assert {room_of(*h.position[:2]) for h in same} == {thing["room"]}
 
@@ -224,6 +224,37 @@ def test_body_status_reports_the_final_charge(memory, replays):
     assert "discharging" in reading.text
 
 
+def _sampling_period(readings: list[tuple[float, float]]) -> float:
+    """The longest gap between two stored battery readings (intake keeps one per 1 % of charge)."""
+    return max(b[0] - a[0] for a, b in zip(readings, readings[1:]))
+
+
+@pytest.mark.parametrize("level", sorted(TRUTH["battery_below"]))
+def test_body_status_reports_when_the_battery_fell_below_each_level(memory, level):
+    """body_status(below=80) in the units it shows: the crossing lands within one sampling period of the truth."""
+    truth = TRUTH["battery_below"][level]
+    percent = float(level) * 100
+    result = memory.tools.body_status(["battery"], below=percent)
+    (crossing,) = result.crossings  # the battery drains once: one crossing per level
+    period = _sampling_period(_battery(memory))
+    assert truth <= crossing.after.stamp <= truth + period
+    assert crossing.before is not None and crossing.before.stamp < truth
+    assert crossing.before_level >= percent > crossing.after_level
+    assert crossing.after.stamp - crossing.before.stamp <= period
+    assert f"fell below {percent:g}%" in str(result) and "discharging" in crossing.after.text
+    asked = memory.dispatch_tool_call("body_status", {"layers": ["battery"], "below": percent})
+    assert asked == str(result)
+
+
+def test_body_status_reports_the_charge_at_a_past_time(memory):
+    at = TRUTH["start"] + 300.0
+    (reading,) = memory.tools.body_status(["battery"], at_time=at).readings
+    assert at - _sampling_period(_battery(memory)) <= reading.stamp <= at
+    expected = TRUTH["battery_start"] - 0.0005 * (reading.stamp - TRUTH["start"])
+    assert abs(reading.value - expected) < 0.002
+    assert reading.trend is not None and reading.trend.startswith("-")
+
+
 def test_the_motor_warning_is_remembered_in_its_window(memory):
     rows = memory.store.reader().execute(
         "SELECT o.stamp FROM observations o JOIN texts t ON t.id = o.text_id"
@@ -235,6 +266,19 @@ def test_the_motor_warning_is_remembered_in_its_window(memory):
 def test_perception_tools_do_not_return_body_readings(memory):
     result = memory.tools.temporal_query(time_after=TRUTH["start"], time_before=TRUTH["end"], n_results=200)
     assert not {h.layer for h in result.hits if h.kind == "observation"} & {"battery", "cpu_temp", "diagnostics"}
+
+
+def test_the_replayed_gists_carry_no_body_reading(memory):
+    """The replay consolidates at its end: the gists are perception summaries, the readings sit in metadata."""
+    body = {"battery", "cpu_temp", "diagnostics"}
+    rows = memory.store.reader().execute("SELECT id FROM gists").fetchall()
+    gists = memory.store.get_gists([r[0] for r in rows])
+    assert gists
+    for gist in gists:
+        assert not set(gist.layers) & body and "battery" not in gist.text and "°C" not in gist.text
+    assert any("battery" in g.metadata.get("body", {}) for g in gists)
+    found = memory.tools.search_gists("battery temperature motor warning", n_results=50)
+    assert all(not set(h.layers) & body for h in found.hits)
 
 
 # ---------------------------------------------------------------------- consolidation covers the whole bag

@@ -242,6 +242,41 @@ def test_body_status_readings(call, world):
     assert [r.layer for r in only.readings] == ["battery"]
 
 
+def test_body_status_crossings_and_past_readings(call, world):
+    battery = world.scene.battery
+    index = next(i for i, (_, pct) in enumerate(battery) if pct < 80)
+    res = call("body_status", layers=["battery"], below=80.0)  # above stays 0.0, as in a fresh request
+    assert res.success and res.readings == [] and len(res.crossings) == 1
+    (crossing,) = res.crossings
+    assert (crossing.layer, crossing.direction, crossing.threshold, crossing.unit) == ("battery", "below", 80.0, "%")
+    assert crossing.has_before and seconds(crossing.before.stamp) == battery[index - 1][0]
+    assert seconds(crossing.after.stamp) == battery[index][0] and crossing.after.has_position
+    assert crossing.before_level >= 80.0 > crossing.after_level == pytest.approx(battery[index][1])
+    assert crossing.after.value == pytest.approx(battery[index][1] / 100) and "fell below 80%" in res.text
+
+    fresh = call("body_status")  # below = above = 0: no crossing search, the latest readings
+    assert fresh.crossings == [] and {r.layer for r in fresh.readings} == {"battery", "cpu_temp"}
+    zero = call("body_status", layers=["battery"], below=0.0, above=NAN)  # a real 0 next to a NaN
+    assert zero.success and zero.crossings == [] and zero.text.startswith("No body reading crossed below 0%")
+    hot = call("body_status", layers=["cpu_temp"], above=60.0)
+    (first,) = hot.crossings
+    assert not first.has_before and math.isnan(first.before_level) and first.before.text == ""
+
+    at = battery[20][0] + 1.0
+    past = call("body_status", layers=["battery"], at_time=str(at))
+    (reading,) = past.readings
+    assert seconds(reading.stamp) == battery[20][0] and past.text.startswith("Body status at ")
+    window = call("body_status", layers=["battery"], below=80.0, time_after=str(battery[index][0] + 5), n_results=3)
+    assert window.success and window.crossings == [] and "already below 80%" in window.text
+
+    both = call("body_status", below=30.0, above=70.0)
+    assert not both.success and "either below or above" in both.message
+    bad_time = call("body_status", at_time="when the cows come home")
+    assert not bad_time.success and "at_time" in bad_time.message
+    lonely = call("body_status", time_after="-1h")
+    assert not lonely.success and "below/above" in lonely.message
+
+
 # ---------------------------------------------------------------------- write actions
 def test_store_specific_memory_positions(call, world):
     fresh = call("store_specific_memory", text="the charger is behind the sofa")

@@ -100,8 +100,10 @@ def test_keyword_plan_keeps_rare_words_and_every_word_in_the_and_pass(make_memor
     ids = index.run(conn, plan, 5)
     text = conn.execute("SELECT text FROM texts WHERE id=?", (ids[0],)).fetchone()[0]
     assert text == "the red chair is in the kitchen"
+    assert plan.every_by_bm25  # the words are in few enough texts to rank their AND matches by BM25
     cheap = index.plan(conn, "red chair")
-    assert cheap.every is None and set(cheap.any.split(" OR ")) == {'"red"', '"chair"'}
+    assert cheap.every == '"red" AND "chair"' and set(cheap.any.split(" OR ")) == {'"red"', '"chair"'}
+    assert index.plan(conn, "kitchen").every is None  # one word: the OR pass says it all
 
 
 def test_rrf_rewards_agreement_between_the_lists():

@@ -199,3 +199,29 @@ def test_body_only_gists_stay_out_of_perception(make_memory, clock):
     add_gist(memory, "battery drained from 90% to 50%", None, 0.0, START, START + 10, layers=("battery",))
     hits = memory.tools.semantic_search("battery drained", n_results=20).hits
     assert all("battery" not in h.text for h in hits)
+
+
+def test_keyword_query_of_two_common_words_finds_the_text_holding_both(make_memory, clock):
+    """Both words in far more texts than DF_CEILING: the AND pass must still run and rank that text first."""
+    from emem_ros.tools.hybrid import DF_CEILING, KeywordIndex
+
+    memory = make_memory()
+    t = clock.now
+    per_word = DF_CEILING + 500
+    for i in range(per_word):
+        memory.add(f"a grey chair by the wall, frame {i}", x=float(i % 30), y=0.0, timestamp=t + i,
+                   layer_name="scene", source_type="perception")
+        memory.add(f"the kitchen counter with a plate, frame {i}", x=float(i % 30), y=5.0, timestamp=t + i,
+                   layer_name="scene", source_type="perception")
+    memory.add("the red chair is in the kitchen", x=3.0, y=3.0, timestamp=t + 2 * per_word, layer_name="scene",
+               source_type="perception")
+    memory.flush()
+    clock.now = t + 3 * per_word
+    conn = memory.store.reader()
+    target = conn.execute("SELECT id FROM texts WHERE text = 'the red chair is in the kitchen'").fetchone()[0]
+    index = KeywordIndex("texts_fts")
+    assert not index.plan(conn, "chair kitchen").every_by_bm25  # too common to rank by BM25: newest first
+    for query in ("chair kitchen", "kitchen chair", "Chairs in the kitchen?"):
+        assert index.search(conn, query, 10)[0] == target, query
+        texts = [h.text for h in memory.tools.semantic_search(query, n_results=5).hits]
+        assert "the red chair is in the kitchen" in texts[:2], (query, texts)

@@ -165,7 +165,7 @@ def test_recall_without_positions_still_answers(make_memory):
 def test_current_context_from_the_last_pose(world):
     memory, _, scene = world
     context = memory.tools.get_current_context(radius=4.0)
-    assert context.position is not None and "battery" in context.position_source
+    assert context.position is not None and "body reading" in context.position_source
     assert math.dist(context.position[:2], ROOMS["office"]) < 2.0
     assert {h.text for h in context.nearby} & {"laptop", "office chair", "printer", "red door"}
     assert all(h.layer not in BODY_LAYERS and "battery" not in h.text for h in context.nearby + context.recent)
@@ -266,3 +266,47 @@ def test_locate_says_so_when_only_the_robot_pose_is_known(make_memory, clock):
     assert math.dist(result.position[:2], (4.0, 2.0)) < 0.5
     assert any("where the robot stood" in note for note in result.notes)
     assert "where the robot stood" in str(result)
+
+
+def _see(memory, text, xy, start, n, layer="detections"):
+    for i in range(n):
+        memory.add(text, x=xy[0] + 0.05 * (i % 3), y=xy[1], timestamp=start + i, layer_name=layer,
+                   source_type="perception")
+
+
+def test_locate_in_a_time_window_answers_from_what_was_seen_in_it(make_memory, clock):
+    """At A, then at B (inside the window), then at A again: whole-history places would say A with 20."""
+    memory = make_memory()
+    t = clock.now - 10_000
+    _see(memory, "green bottle", (1.0, 1.0), t, 10)
+    _see(memory, "green bottle", (8.0, 8.0), t + 1000, 10)
+    _see(memory, "green bottle", (1.0, 1.0), t + 2000, 10)
+    memory.flush()
+    result = memory.tools.locate("green bottle", time_after=t + 900, time_before=t + 1100)
+    assert math.dist(result.position[:2], (8.0, 8.0)) < 0.2 and result.count == 10
+    assert result.elsewhere == [] and result.confidence == 1.0
+    assert result.evidence[0].count == 10 and t + 1000 <= result.evidence[0].first_stamp <= result.evidence[0].stamp
+    # A window that cuts A's first stay: only its sightings inside count.
+    partial = memory.tools.locate("green bottle", time_after=t + 6, time_before=t + 1100)
+    assert math.dist(partial.position[:2], (8.0, 8.0)) < 0.2 and partial.count == 10
+    assert [p.count for p in partial.elsewhere] == [4]
+    assert math.dist(partial.elsewhere[0].position[:2], (1.0, 1.0)) < 0.2
+    assert memory.tools.locate("green bottle", time_after=t + 2000).count == 10
+
+
+def test_locate_follows_an_object_that_moved(make_memory, clock):
+    """More sightings at the old place do not outvote the newer place; the old one is listed as elsewhere."""
+    memory = make_memory()
+    now = clock.now
+    _see(memory, "red mug", (1.0, 1.0), now - 86_400, 20)  # yesterday, on the table
+    _see(memory, "red mug", (6.0, 3.0), now - 3_600, 10)  # an hour ago, by the sink
+    memory.flush()
+    result = memory.tools.locate("red mug")
+    assert math.dist(result.position[:2], (6.0, 3.0)) < 0.2 and result.count == 10
+    assert math.dist(result.elsewhere[0].position[:2], (1.0, 1.0)) < 0.2 and result.elsewhere[0].count == 20
+    # One newest glance elsewhere does not outweigh a place seen many times just before it.
+    _see(memory, "charging dock", (0.0, 5.0), now - 600, 30)
+    _see(memory, "charging dock", (9.0, 9.0), now - 10, 1)
+    memory.flush()
+    dock = memory.tools.locate("charging dock")
+    assert math.dist(dock.position[:2], (0.0, 5.0)) < 0.2 and dock.elsewhere[0].count == 1

@@ -235,7 +235,7 @@ class QueryCache:
         file moves its ``log_seq`` past our log) counts as a write to everything.
         """
         store = self.memory.store
-        self.memory.flush()
+        self.memory.flush_for_query()  # best-effort: a question never fails because storing does
         apply_deferred = getattr(store, "apply_deferred", None)
         if callable(apply_deferred):
             apply_deferred()

@@ -157,7 +157,7 @@ class AgentTools:
         if isinstance(min_support, bool) or not isinstance(min_support, (int, float)) \
                 or not math.isfinite(min_support) or min_support <= 0:
             raise InvalidInputError(f"min_support must be a positive number, got {min_support!r}")
-        self.memory.flush()
+        self.memory.flush_for_query()  # best-effort: stats never fail because storing does
         store = self.memory.store
         if callable(getattr(store, "apply_deferred", None)):
             store.apply_deferred()

@@ -16,6 +16,9 @@ period. Per batch (``archive_batch_size`` rows):
    texts (so a later flush of the same string creates a fresh text row).
 
 Gists and entities are untouched: gists stay searchable by vector and FTS.
+Body readings keep their value; the step-2 transaction also records how each
+body layer's values map to the levels its texts showed (``body.scales`` in
+``state.py``), so body_status reads archived readings in the same units.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from collections import Counter
+
 from emem_ros.consolidation.coldstore import ColdStore
-from emem_ros.consolidation.rows import fetch_rows, in_list
+from emem_ros.consolidation.readings import display_scale, reading_level
+from emem_ros.consolidation.rows import ObsRow, fetch_rows, in_list
+from emem_ros.consolidation.state import read_body_scales, write_body_scales
 from emem_ros.core.types import NodeKind, Tier, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,6 +107,7 @@ class Archiver:
                         f" WHERE {where} AND tier=?", [Tier.ARCHIVED.value, now, *values, Tier.LONG_TERM.value])
                 conn.executemany("UPDATE texts SET refs = refs - ? WHERE id = ?",
                                  [(n, tid) for tid, n in refs.items()])
+                _remember_body_scales(conn, rows)
                 dead: list[tuple[int, str]] = []
                 text_ids = list(refs)
                 for start in range(0, len(text_ids), 900):
@@ -124,9 +132,33 @@ class Archiver:
                         cache.discard(text)
             if place_ids:
                 store.places.delete(place_ids)
+                store.place_cache.changes.reset()
         report.observations += len(ids)
         report.texts_removed += len(dead)
         report.places_removed += len(place_ids)
+
+
+def _remember_body_scales(conn: Any, rows: list[ObsRow]) -> None:
+    """Inside the archiving transaction: the value-to-shown-level scale of each body layer archived."""
+    samples: dict[str, list[tuple[str, Optional[float]]]] = {}
+    for row in rows:
+        if row.is_reading and row.text and len(samples.setdefault(row.layer, [])) < 32:
+            samples[row.layer].append((row.text, row.value))
+    if not samples:
+        return
+    known = read_body_scales(conn)
+    changed = False
+    for layer, pairs in samples.items():
+        scale = display_scale(pairs)
+        if scale is None:
+            continue
+        units = Counter(level[1] for level in (reading_level(t) for t, _ in pairs) if level is not None)
+        entry = {"scale": scale, "unit": units.most_common(1)[0][0] if units else ""}
+        if known.get(layer) != entry:
+            known[layer] = entry
+            changed = True
+    if changed:
+        write_body_scales(conn, known)
 
 
 def _record(row: Any, archived_at: float) -> dict[str, Any]:

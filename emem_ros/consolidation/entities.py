@@ -24,19 +24,45 @@ any, and from where the robot stood only until then: many vague sightings
 never drag a precise estimate. (The spread of a robot-only entity is as wide
 as where the robot stood: honest about the uncertainty.)
 
-Merging a sighting into a known entity requires all of
+Merging a sighting into a known entity requires
 1. meaning: cosine of the name embeddings >= ``entity_similarity_threshold``;
-2. distance: <= ``entity_spatial_radius`` from the entity's centroid;
-3. the same place: where the robot stood when it saw it (its mean position
-   for 2-D sightings, the visit's centroid for 3-D ones) within
-   ``consolidation_spatial_eps`` of a place the entity was seen from before;
-   except that a 3-D sighting within ``INSTANCE_SEPARATION`` of the entity's
-   object position is the same object whatever the viewpoint.
-Rule 3 decides the *two mugs 4 m apart in different rooms* case: they stay
-two entities. Merging them would average two real objects into a phantom
-between rooms (possibly inside a wall), which is worse for "where is the mug?"
-than a second entry. The price: an object seen only by 2-D detections from
-two places more than ``eps`` apart gets two entries, both at real places.
+2. distance, which depends on what each side's position is:
+   - both measured (a 3-D sighting, an entity with object positions): within
+     ``INSTANCE_SEPARATION`` plus twice the entity's spread (``same_object_reach``).
+     ``entity_spatial_radius`` is far too wide here: two chairs 1.5 m apart
+     are two chairs, wherever the robot stood. The same mug seen through a
+     doorway from the next room still merges (same spot);
+   - one measured, the other where the robot stood (a 2-D sighting of a
+     measured entity, or a 3-D sighting of a robot-only one): within
+     ``entity_spatial_radius + VIEW_RANGE``. A 2-D detection is evidence the
+     object is still there, metres from the robot; without this rule an
+     object seen from several viewpoints left a trail of robot-pose entities
+     (the patrol bag had three fire extinguishers);
+   - both where the robot stood: within ``entity_spatial_radius`` *and* the
+     same place: the robot's mean position within ``consolidation_spatial_eps``
+     of a place the entity was seen from before;
+3. not an entity another sighting of the same name and kind took in this
+   visit: ``_sightings`` split them as separate instances, so they stay
+   apart (before this rule, the second of two mugs 4 m apart in one view
+   merged into the first and both became one phantom mug between them).
+Among the entities that qualify: the most similar name, then a measured one,
+then the nearest. Measured sightings of a run are matched before robot-pose
+ones, so a 2-D detection finds the object a later visit measured.
+
+Decided cases
+- *Two mugs 4 m apart in different rooms* stay two entities: measured, they
+  are farther apart than one object spreads; robot-pose only, they were seen
+  from different places. Merging would average two real objects into a
+  phantom between rooms (possibly inside a wall), worse for "where is the
+  mug?" than a second entry. The price: an object seen only by 2-D
+  detections from two places more than ``eps`` apart gets two entries, both
+  at real places.
+- An object that moved further than its reach (mug carried to the counter)
+  becomes a second entity; the old one keeps its older ``last_seen``.
+- The price of the view rule: a second object of the same class that is
+  never measured, within ``entity_spatial_radius + VIEW_RANGE`` of a
+  measured one, is folded into it. Its observations stay searchable by
+  label, time and place; only its own entity is missing.
 
 Edges
 - OBSERVED_IN entity -> one observation per sighting (the visit's most
@@ -77,6 +103,9 @@ log = logging.getLogger(__name__)
 
 INSTANCE_SEPARATION = 1.0
 """Metres: 3-D sightings of one label in one visit farther apart than this are different objects."""
+VIEW_RANGE = 2.0
+"""Metres beyond ``entity_spatial_radius`` a robot-pose sighting may lie from an object's measured position
+and still count as that object: 2-D detectors see household objects 6-7 m away (the patrol bag's, 6 m)."""
 MAX_PLACES = 16
 ROWS_PER_STEP = 20_000
 TEXT_CACHE = 4096
@@ -272,6 +301,17 @@ def _state_from_row(row: Sequence[Any], vector: np.ndarray) -> EntityState:
     meta.pop("position_source", None)
     state.extra = meta
     return state
+
+
+def same_object_reach(state: EntityState, radius: float) -> float:
+    """How far a measured sighting may lie from an entity's measured position and still be that object.
+
+    As far as one view keeps two objects apart (``INSTANCE_SEPARATION``),
+    widened by twice the entity's own spread (a large object's centre wanders
+    with the viewpoint), never beyond ``entity_spatial_radius``. Not the whole
+    radius: that is for positions where the robot stood, metres from the object.
+    """
+    return min(radius, INSTANCE_SEPARATION + 2.0 * state.object.spread)
 
 
 def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
@@ -481,32 +521,54 @@ class EntityExtractor:
             vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.memory._embed_texts([row[1]])[0])
             cache[row[0]] = _state_from_row(row[:-1], vector)
 
-    def _match(self, sighting: Sighting, candidates: list[tuple[float, EntityState]]) -> Optional[EntityState]:
+    def _match(self, sighting: Sighting, candidates: list[tuple[float, EntityState]],
+               claimed: set[int]) -> Optional[EntityState]:
+        """The entity this sighting is of, or None for a new one (rules in the module docstring).
+
+        ``claimed``: entities other sightings of this name and kind took in this
+        visit; the split into instances already said they are other objects.
+        """
         config = self.memory.config
         pos = sighting.position
-        best: Optional[tuple[float, float, EntityState]] = None
+        best: Optional[tuple[tuple[float, int, float], EntityState]] = None
         for sim, state in candidates:
+            if state.key in claimed:
+                continue
             epos = state.position
+            measured = "object" in state.sources
             if pos is None or epos is None:
                 if pos is not None or epos is not None:
                     continue  # one is placed and the other is not: no evidence they are the same
                 distance = 0.0
             else:
                 distance = math.hypot(pos[0] - epos[0], pos[1] - epos[1])
-                if distance > config.entity_spatial_radius:
-                    continue
-                same_spot = sighting.precise and "object" in state.sources and distance <= INSTANCE_SEPARATION
-                where = sighting.seen_from
-                if not same_spot and where is not None and state.places and not any(
-                        math.hypot(p[0] - where[0], p[1] - where[1]) <= config.consolidation_spatial_eps
-                        for p in state.places):
-                    continue  # seen from another place: another object (see module docstring)
-            key = (-sim, distance)
-            if best is None or key < best[:2]:
-                best = (-sim, distance, state)
-        return best[2] if best else None
+                if sighting.precise and measured:
+                    if distance > same_object_reach(state, config.entity_spatial_radius):
+                        continue  # two measured positions this far apart: two objects
+                elif sighting.precise or measured:
+                    if distance > config.entity_spatial_radius + VIEW_RANGE:
+                        continue  # one side where the robot stood: the object was within view of it
+                else:
+                    if distance > config.entity_spatial_radius:
+                        continue
+                    where = sighting.seen_from
+                    if where is not None and state.places and not any(
+                            math.hypot(p[0] - where[0], p[1] - where[1]) <= config.consolidation_spatial_eps
+                            for p in state.places):
+                        continue  # seen from another place: another object (see module docstring)
+            key = (-sim, 0 if measured else 1, distance)
+            if best is None or key < best[0]:
+                best = (key, state)
+        return best[1] if best else None
 
     def _resolve_and_write(self, by_cluster: list[list[Sighting]], marks: Marks, report: EntityReport) -> None:
+        """Match every sighting to an entity (or make one), then write all in one transaction.
+
+        Measured sightings of the whole run go first, then the robot-pose ones:
+        a 2-D detection then finds the object a 3-D detection placed, even one
+        measured in a later visit, instead of starting an entity where the
+        robot stood.
+        """
         self._name_vectors([s for group in by_cluster for s in group])
         cache: dict[int, EntityState] = {}
         new: list[EntityState] = []
@@ -515,29 +577,35 @@ class EntityExtractor:
         pairs: dict[tuple[int, int], int] = {}
         next_key = -1
         known: dict[str, set[int]] = {}
-        for sightings in by_cluster:
-            seen: dict[int, EntityState] = {}
-            for sighting in sightings:
-                vector = self._vectors.get(sighting.name)
-                if vector is None:
-                    continue
-                report.sightings += 1
-                state = self._match(sighting, self._candidates(sighting, vector, cache, new, known))
-                if state is None:
-                    state = EntityState(number=None, name=sighting.name, entity_type=sighting.entity_type,
-                                        layer=sighting.layer, vector=vector, first=sighting.first,
-                                        last=sighting.last, sightings=0, confidence=0.0, key=next_key)
-                    next_key -= 1
-                    new.append(state)
+        seen: list[dict[int, EntityState]] = [{} for _ in by_cluster]
+        claimed: list[dict[tuple[str, bool], set[int]]] = [{} for _ in by_cluster]
+        for precise in (True, False):
+            for visit, sightings in enumerate(by_cluster):
+                for sighting in sightings:
+                    if sighting.precise is not precise:
+                        continue
+                    vector = self._vectors.get(sighting.name)
+                    if vector is None:
+                        continue
+                    report.sightings += 1
+                    taken = claimed[visit].setdefault((sighting.name, precise), set())
+                    state = self._match(sighting, self._candidates(sighting, vector, cache, new, known), taken)
+                    if state is None:
+                        state = EntityState(number=None, name=sighting.name, entity_type=sighting.entity_type,
+                                            layer=sighting.layer, vector=vector, first=sighting.first,
+                                            last=sighting.last, sightings=0, confidence=0.0, key=next_key)
+                        next_key -= 1
+                        new.append(state)
+                        report.created += 1
+                    else:
+                        report.merged += 1
                     state.absorb(sighting)
-                    report.created += 1
-                else:
-                    state.absorb(sighting)
-                    report.merged += 1
-                touched[state.key] = state
-                observed.append((state, sighting.best_id, len(sighting.observation_ids)))
-                seen[state.key] = state
-            keys = sorted(seen)
+                    taken.add(state.key)
+                    touched[state.key] = state
+                    observed.append((state, sighting.best_id, len(sighting.observation_ids)))
+                    seen[visit][state.key] = state
+        for in_visit in seen:
+            keys = sorted(in_visit)
             for i, a in enumerate(keys):
                 for b in keys[i + 1:]:
                     pairs[(a, b)] = pairs.get((a, b), 0) + 1

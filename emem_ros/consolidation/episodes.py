@@ -6,6 +6,13 @@ so an episode whose consolidation was abandoned at shutdown is consolidated
 after the next open. An episode is consolidated once: its observations get
 gists (so they leave the time-window candidates), the episode gets
 ``consolidated = 1``, and a repeated request finds nothing left to do.
+
+Gists never carry body readings (see ``gists.py``), but the episode summary
+does get one short body line ("body: battery 80%→62%"): an episode is the
+robot's own story, episode_summary is not a perception tool, and "how much
+battery did the patrol take?" is a fair question about it. The line is read
+from the episode's readings through the (episode, stamp) index, so a
+consolidation resumed after a shutdown still has it.
 """
 
 from __future__ import annotations
@@ -17,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from emem_ros.consolidation.gists import clusters_of, cluster_params, draft_gist, write_gists
-from emem_ros.consolidation.rows import classify_layers, fetch_rows
+from emem_ros.consolidation.rows import ObsRow, classify_layers, fetch_rows
 from emem_ros.consolidation.state import EpisodeQueue, read_episode_queue, write_episode_queue
-from emem_ros.consolidation.summaries import SummaryWriter, format_duration, format_span
-from emem_ros.core.types import Episode, NodeKind, make_id
+from emem_ros.consolidation.summaries import SummaryWriter, body_digest, body_line, format_duration, format_span
+from emem_ros.core.types import Episode, NodeKind, SourceType, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.memory import Memory
@@ -28,6 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 MAX_PLACES_IN_SUMMARY = 8
+BODY_ENDS = 4
+"""Readings per body layer read at each end of an episode for its body line."""
 
 
 @dataclass
@@ -35,6 +44,8 @@ class EpisodeReport:
     episode_id: str
     gist_ids: list[str] = field(default_factory=list)
     observations: int = 0
+    readings: int = 0
+    """Body readings among ``observations`` (linked to gists or promoted without one)."""
     summary: str = ""
     summary_source: str = "fallback"
     seconds: float = 0.0
@@ -111,13 +122,15 @@ class EpisodeConsolidator:
         clusters, _, _, _ = clusters_of(rows, params, bool(memory.config.consolidation_per_layer), None)
         kinds = classify_layers(rows)
         context = _episode_context(episode)
-        ids, observations, completed = write_gists(
+        outcome = write_gists(
             memory, clusters,
             lambda cluster: draft_gist(cluster, kinds, self.writer, "episode", episode_id=number, context=context),
             memory.now(), stop)
+        ids = outcome.gist_ids
         report.gist_ids = [make_id(NodeKind.GIST, i) for i in ids]
-        report.observations = observations
-        if not completed:
+        report.observations = outcome.observations
+        report.readings = outcome.readings
+        if not outcome.completed:
             return report
         if stop is not None and stop.is_set():
             return report
@@ -141,9 +154,32 @@ class EpisodeConsolidator:
         children = conn.execute(
             "SELECT name, status, success, summary FROM episodes WHERE parent_id = ? ORDER BY start, id", (number,)
         ).fetchall()
-        fallback = fallback_episode_summary(episode, [g[0] for g in gists], sum(g[1] for g in gists), children)
+        body = episode_body_line(conn, number)
+        fallback = fallback_episode_summary(episode, [g[0] for g in gists], sum(g[1] for g in gists), children,
+                                            body)
         lines = [g[0] for g in gists] + [f"subtask {c[0]}: {c[3] or c[1]}" for c in children]
+        if body:
+            lines.append(f"robot body: {body}")
         return self.writer.write(lines, _episode_context(episode), fallback)
+
+
+def episode_body_line(conn: Any, number: int) -> str:
+    """``battery 80%→62%``: each body layer's first and last readings of the episode.
+
+    Index probes only (a few rows at each end per layer), however long the
+    episode; archived readings keep their value, so the line survives them.
+    """
+    body = SourceType.INTEROCEPTION.value
+    layers = [r[0] for r in conn.execute(
+        "SELECT DISTINCT layer FROM observations WHERE episode_id = ? AND source_type = ?", (number, body))]
+    rows: list[ObsRow] = []
+    for layer in sorted(layers):
+        where = "o.episode_id = ? AND o.layer = ? AND o.source_type = ?"
+        first = fetch_rows(conn, where, [number, layer, body], limit=BODY_ENDS)
+        last = fetch_rows(conn, where, [number, layer, body], order="o.stamp DESC, o.id DESC", limit=BODY_ENDS)
+        seen = {r.id for r in first}
+        rows += first + [r for r in reversed(last) if r.id not in seen]
+    return body_line(body_digest(rows)) if rows else ""
 
 
 def _episode_context(episode: Episode) -> str:
@@ -158,7 +194,7 @@ def _episode_context(episode: Episode) -> str:
 
 
 def fallback_episode_summary(episode: Episode, gist_texts: Sequence[str], observations: int,
-                             children: Sequence[Sequence[Any]] = ()) -> str:
+                             children: Sequence[Sequence[Any]] = (), body: str = "") -> str:
     """``fetch mug, 10:00–10:20 (20 min): goal …; 340 observations in 3 places — …; result …``."""
     end = episode.end if episode.end is not None else episode.start
     head = f"{episode.name}, {format_span(episode.start, end)} ({format_duration(end - episode.start)})"
@@ -177,6 +213,8 @@ def fallback_episode_summary(episode: Episode, gist_texts: Sequence[str], observ
             f"{name} ({'succeeded' if success == 1 else 'failed' if success == 0 else status})"
             for name, status, success, _ in children)
         parts.append(f"subtasks: {subtasks}")
+    if body:
+        parts.append(f"body: {body}")
     if episode.result:
         parts.append(f"result: {episode.result}")
     if episode.success is not None:

@@ -5,6 +5,16 @@ what is new since the last run (see ``state.py``), clusters it by place and
 time (``clustering.py``), summarises each cluster (LLM or fallback), embeds
 the summaries in one batch and writes them a few gists per transaction, so
 the writer lock is never held long and ingestion keeps flowing.
+
+Body readings (source_type 'interoception') are clustered with perception,
+because they were taken during the same visit, but a gist is a perception
+answer: its text, layers, source count and embedding come from perception
+rows only. The cluster's readings are linked to the gist (``gist_id``,
+promoted and archived with it) and kept as a compact digest in its metadata
+(``{"body": {"battery": "54%→44%"}}``). A cluster of body readings alone
+makes no gist at all: its readings are promoted to long_term without one
+(they age into the cold store like any other) and stay reachable through
+body_status, the only door to the robot's own state.
 """
 
 from __future__ import annotations
@@ -27,8 +37,8 @@ from emem_ros.consolidation.state import (
     write_episode_queue,
     write_marks,
 )
-from emem_ros.consolidation.summaries import SummaryWriter, digest
-from emem_ros.core.types import EpisodeStatus, NodeKind, Position, make_id
+from emem_ros.consolidation.summaries import SummaryWriter, body_digest, digest
+from emem_ros.core.types import EpisodeStatus, NodeKind, Position, Tier, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.memory import Memory
@@ -43,6 +53,7 @@ ROWS_PER_RUN = 100_000
 @dataclass
 class GistDraft:
     observation_ids: list[int]
+    """The perception rows the text summarises (the gist's source_count)."""
     text: str
     centroid: Optional[Position]
     radius: float
@@ -51,6 +62,25 @@ class GistDraft:
     layers: list[str]
     episode_id: Optional[int]
     metadata: dict[str, Any]
+    reading_ids: list[int] = field(default_factory=list)
+    """Body readings of the cluster: linked to the gist and promoted with it, never summarised in its text."""
+
+    @property
+    def body_only(self) -> bool:
+        """A cluster of body readings alone: promoted without a gist (see the module doc)."""
+        return not self.observation_ids
+
+
+@dataclass
+class WriteOutcome:
+    gist_ids: list[int] = field(default_factory=list)
+    observations: int = 0
+    """Rows promoted to long_term (perception and body readings)."""
+    readings: int = 0
+    """Body readings among them."""
+    body_only: int = 0
+    """Clusters of body readings alone, promoted without a gist."""
+    completed: bool = True
 
 
 @dataclass
@@ -60,6 +90,10 @@ class ConsolidationReport:
     candidates: int = 0
     noise: int = 0
     deferred: int = 0
+    readings: int = 0
+    """Body readings among ``observations``: promoted and linked, never in a gist's text."""
+    body_only: int = 0
+    """Clusters that held only body readings: promoted without a gist."""
     llm_summaries: int = 0
     fallback_summaries: int = 0
     seconds: float = 0.0
@@ -124,64 +158,101 @@ def clusters_of(rows: Sequence[ObsRow], params: ClusterParams, per_layer: bool,
 
 def draft_gist(rows: Sequence[ObsRow], kinds: dict[str, LayerKind], writer: SummaryWriter, kind: str,
                episode_id: Optional[int] = None, context: str = "") -> GistDraft:
-    """Geometry, time range and summary of one cluster."""
+    """Geometry, time range and summary of one cluster.
+
+    Place and time span are the visit's (all rows: the robot was there);
+    text, layers and counts are what it perceived; body readings go to the
+    metadata digest only. No LLM call and no summary for a body-only cluster.
+    """
+    perceived = [r for r in rows if not r.is_reading]
+    readings = [r for r in rows if r.is_reading]
     centroid, radius = geometry(rows)
-    start, end = rows[0].stamp, rows[-1].stamp
-    if start > end:
-        start, end = end, start
-    summary = digest(rows, kinds, centroid, start, end)
-    llm_context = f"{summary.header}, {len(rows)} observations" + (f"; {context}" if context else "")
-    text, source = writer.write(summary.lines, llm_context, summary.text, prefix=summary.header)
+    start, end = min(r.stamp for r in rows), max(r.stamp for r in rows)
     if episode_id is None:
         episodes = {r.episode_id for r in rows}
         episode_id = next(iter(episodes)) if len(episodes) == 1 else None
+    reading_ids = [r.id for r in readings]
+    if not perceived:
+        return GistDraft(observation_ids=[], text="", centroid=centroid, radius=radius, time_start=start,
+                         time_end=end, layers=[], episode_id=episode_id, metadata={}, reading_ids=reading_ids)
+    summary = digest(perceived, kinds, centroid, start, end)
+    llm_context = f"{summary.header}, {len(perceived)} observations" + (f"; {context}" if context else "")
+    text, source = writer.write(summary.lines, llm_context, summary.text, prefix=summary.header)
     metadata: dict[str, Any] = {"kind": kind, "summary": source, "layer_counts": summary.counts}
     if summary.place:
         metadata["place"] = summary.place
+    if readings:
+        metadata["body"] = body_digest(readings)
     return GistDraft(
-        observation_ids=[r.id for r in rows], text=text, centroid=centroid, radius=radius,
-        time_start=start, time_end=end, layers=sorted({r.layer for r in rows}),
-        episode_id=episode_id, metadata=metadata,
+        observation_ids=[r.id for r in perceived], text=text, centroid=centroid, radius=radius,
+        time_start=start, time_end=end, layers=sorted({r.layer for r in perceived}),
+        episode_id=episode_id, metadata=metadata, reading_ids=reading_ids,
     )
+
+
+def promote(conn: Any, ids: Sequence[int], now: float, gist_id: Optional[int] = None) -> None:
+    """Move rows to long_term inside the caller's transaction, linked to ``gist_id`` when given.
+
+    The same update ``MemoryStore.add_gist`` makes for a gist's sources, so
+    archival ages body readings from their promotion like everything else.
+    """
+    for start in range(0, len(ids), 900):
+        where, values = in_list("id", ids[start:start + 900])
+        if gist_id is None:
+            conn.execute(f"UPDATE observations SET tier=?, tier_since=? WHERE {where} AND tier != 'archived'",
+                         [Tier.LONG_TERM.value, now, *values])
+        else:
+            conn.execute(f"UPDATE observations SET gist_id=?, tier=?, tier_since=? WHERE {where}"
+                         " AND tier != 'archived'", [gist_id, Tier.LONG_TERM.value, now, *values])
 
 
 def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: Callable[[Sequence[ObsRow]], GistDraft],
                 now: float, stop: Optional[threading.Event] = None,
-                finish: Optional[Callable[[Any], None]] = None) -> tuple[list[int], int, bool]:
+                finish: Optional[Callable[[Any], None]] = None) -> WriteOutcome:
     """Summarise, embed and store clusters a few per transaction; ``finish(conn)`` runs in the last one.
 
     Drafting (the LLM calls) and writing alternate per batch, so the writer
     lock is held only for the inserts and a stopped run keeps what it already
-    summarised. Returns (gist numbers, observations summarised, completed);
-    stopping early skips ``finish`` so progress marks never pass unwritten work.
+    summarised. Stopping early skips ``finish`` (``completed`` is False), so
+    progress marks never pass unwritten work.
     """
     store = memory.store
-    written: list[int] = []
-    observations = 0
+    out = WriteOutcome()
     starts = list(range(0, len(clusters), GISTS_PER_TRANSACTION)) or [0]
     for start in starts:
         batch: list[GistDraft] = []
         for cluster in clusters[start:start + GISTS_PER_TRANSACTION]:
             if stop is not None and stop.is_set():
-                return written, observations, False
+                out.completed = False
+                return out
             batch.append(draft(cluster))
-        vectors = memory._embed_texts([d.text for d in batch]) if batch else np.empty((0, store.dim), np.float32)
+        visible = [d for d in batch if not d.body_only]
+        vectors = (memory._embed_texts([d.text for d in visible]) if visible
+                   else np.empty((0, store.dim), np.float32))
         ids: list[int] = []
         with store.write() as conn:
-            for item, vector in zip(batch, vectors):
-                ids.append(store.add_gist(
+            for item, vector in zip(visible, vectors):
+                gist_id = store.add_gist(
                     conn, text=item.text, centroid=item.centroid, radius=item.radius,
                     time_start=item.time_start, time_end=item.time_end,
                     observation_ids=item.observation_ids, layers=item.layers, embedding=vector,
                     episode_id=item.episode_id, metadata=item.metadata, now=now,
-                ))
+                )
+                ids.append(gist_id)
+                if item.reading_ids:
+                    promote(conn, item.reading_ids, now, gist_id)
+            for item in batch:
+                if item.body_only:
+                    promote(conn, item.reading_ids, now)
             if finish is not None and start == starts[-1]:
                 finish(conn)
         if ids:
             store.vectors["gists"].add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32))
-        written.extend(ids)
-        observations += sum(len(item.observation_ids) for item in batch)
-    return written, observations, True
+        out.gist_ids.extend(ids)
+        out.observations += sum(len(item.observation_ids) + len(item.reading_ids) for item in batch)
+        out.readings += sum(len(item.reading_ids) for item in batch)
+        out.body_only += sum(1 for item in batch if item.body_only)
+    return out
 
 
 def blocked_episodes(conn: Any, pending: Sequence[int]) -> list[int]:
@@ -285,14 +356,16 @@ class TimeWindowConsolidator:
                 current.released = [e for e in current.released if e not in handled_released]
                 write_episode_queue(wconn, current)
 
-        ids, observations, completed = write_gists(
+        outcome = write_gists(
             memory, clusters, lambda rows: draft_gist(rows, kinds, self.writer, "time_window"),
             memory.now(), stop, finish)
-        report.gist_ids += [make_id(NodeKind.GIST, i) for i in ids]
-        report.observations += observations
+        report.gist_ids += [make_id(NodeKind.GIST, i) for i in outcome.gist_ids]
+        report.observations += outcome.observations
+        report.readings += outcome.readings
+        report.body_only += outcome.body_only
         report.noise += len(noise)
         report.deferred = len(deferred)
-        if not completed:
+        if not outcome.completed:
             report.complete = False
             return False
         return limited or late_limited

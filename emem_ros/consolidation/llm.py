@@ -5,6 +5,12 @@ So ``Summarizer`` never raises; on any failure (error, timeout, empty or
 unreadable reply) it logs a warning and returns ``None``, and the caller keeps
 its plain summary. Clients, by contrast, raise ``EmemError`` naming host and
 model, so a failure is explained once, where it is logged.
+
+Time: a client's own timeout is per read, so a server that trickles a byte
+now and then holds a call forever. With ``max_seconds`` set, every call runs
+in a helper thread that the summarizer stops waiting for at the deadline
+(a failure like any other); a client with ``abort()`` (``OllamaLLMClient``)
+has its connection closed then, so the helper ends too instead of lingering.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -118,6 +125,18 @@ class OllamaLLMClient:
             raise ollama_failure(
                 exc, host=self.host, model=self.model, doing="generating a reply", timeout=self.timeout
             ) from exc
+
+    def abort(self) -> None:
+        """Close the connection of a call in flight (it fails at its next read) and start a fresh one.
+
+        The only way to end a request whose server trickles bytes: the read
+        timeout never fires, and a thread cannot be killed.
+        """
+        old, self._client = self._client, ollama_client(self.host, self.timeout)
+        try:
+            old.close()
+        except Exception as exc:  # closing a half-used connection may complain; the call fails either way
+            log.debug("closing an aborted Ollama connection: %s", exc)
 
     def close(self) -> None:
         self._client.close()
@@ -311,13 +330,19 @@ class Summarizer:
         model: Optional[str] = None,
     ) -> None:
         """``llm``: anything ``as_llm_client`` accepts. ``max_chunks`` bounds the map step (the
-        rarest distinct texts are left out beyond it); ``max_seconds`` bounds a whole call."""
+        rarest distinct texts are left out beyond it); ``max_seconds`` bounds one ``summarize`` or
+        ``extract_entities`` in wall-clock time, all its LLM calls together (None: no bound)."""
         self.llm = as_llm_client(llm, model=model)
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.max_reply_chars = int(max_reply_chars)
         self.max_depth = int(max_depth)
         self.max_chunks = int(max_chunks)
-        self.max_seconds = max_seconds
+        if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
+                                        or not max_seconds > 0):
+            raise InvalidInputError(f"max_seconds must be a positive number of seconds or None, got {max_seconds!r}")
+        self.max_seconds = float(max_seconds) if max_seconds is not None else None
+        self._helpers: set[threading.Thread] = set()
+        self._helpers_lock = threading.Lock()
         floor = estimate_tokens(SUMMARY_SYSTEM) + 100
         if self.max_prompt_tokens < floor:
             raise InvalidInputError(f"max_prompt_tokens must be at least {floor}, got {max_prompt_tokens}")
@@ -332,8 +357,7 @@ class Summarizer:
             items = [_Item(t, c) for t, c in dedupe_with_counts(list(texts))]
             if not items:
                 return None
-            deadline = time.monotonic() + self.max_seconds if self.max_seconds else None
-            return self._summarize(items, str(context or ""), depth=0, deadline=deadline)
+            return self._summarize(items, str(context or ""), depth=0, deadline=self._deadline())
         except Exception as exc:  # never raise: the caller has a plain summary to fall back on
             log.warning("LLM summary failed, falling back to the plain summary: %s", exc)
             return None
@@ -353,8 +377,9 @@ class Summarizer:
                          len(chunks) - self.max_chunks, len(chunks), self.max_chunks)
                 chunks = chunks[: self.max_chunks]
             names: list[str] = []
+            deadline = self._deadline()
             for chunk in chunks:
-                reply = self.llm.complete(head + "\n".join(chunk), system=ENTITY_SYSTEM)
+                reply = self._complete(head + "\n".join(chunk), ENTITY_SYSTEM, deadline)
                 found = parse_name_list(reply)
                 if found is None:
                     raise EmemError(f"no JSON list of names in the LLM reply: {_clip(reply, 80)!r}")
@@ -364,7 +389,53 @@ class Summarizer:
             log.warning("LLM entity extraction failed: %s", exc)
             return None
 
+    @property
+    def calls_running(self) -> int:
+        """Helper threads of abandoned calls that have not ended yet (0 once every call is over)."""
+        with self._helpers_lock:
+            return sum(1 for t in self._helpers if t.is_alive())
+
     # internals ------------------------------------------------------------------------------
+
+    def _deadline(self) -> Optional[float]:
+        return time.monotonic() + self.max_seconds if self.max_seconds is not None else None
+
+    def _complete(self, prompt: str, system: str, deadline: Optional[float]) -> str:
+        """``llm.complete``, given up on at ``deadline`` (then aborted if the client can be)."""
+        if deadline is None:
+            return self.llm.complete(prompt, system=system)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise EmemError(f"the LLM took longer than {self.max_seconds:g} s")
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                outcome["reply"] = self.llm.complete(prompt, system=system)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = exc
+            finally:
+                done.set()
+                with self._helpers_lock:
+                    self._helpers.discard(threading.current_thread())
+
+        # Named after the thread that waits for it, so its origin shows (the consolidation worker's).
+        helper = threading.Thread(target=call, name=f"{threading.current_thread().name}/llm-call", daemon=True)
+        with self._helpers_lock:
+            self._helpers.add(helper)
+        helper.start()
+        if not done.wait(remaining):
+            abort = getattr(self.llm, "abort", None)
+            if callable(abort):
+                try:
+                    abort()
+                except Exception as exc:  # the call is abandoned either way
+                    log.debug("aborting an LLM call failed: %s", exc)
+            raise EmemError(f"the LLM gave no complete reply within {self.max_seconds:g} s; call abandoned")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["reply"]
 
     def _budget(self, system: str, head: str) -> int:
         """Tokens left for the item lines once the system prompt and header are in."""
@@ -394,9 +465,7 @@ class Summarizer:
         return chunks
 
     def _ask(self, prompt: str, deadline: Optional[float]) -> str:
-        if deadline is not None and time.monotonic() > deadline:
-            raise EmemError(f"the summary took longer than {self.max_seconds:g} s")
-        reply = self.llm.complete(prompt, system=SUMMARY_SYSTEM)
+        reply = self._complete(prompt, SUMMARY_SYSTEM, deadline)
         summary = clean_summary(reply_text(reply), self.max_reply_chars)
         if summary is None:
             raise EmemError(f"the LLM gave an empty or unreadable reply: {_clip(str(reply), 80)!r}")

@@ -38,15 +38,20 @@ class MaintenanceReport:
         return self.entities.complete and self.consolidation.complete and self.archive.complete
 
 
-def make_summarizer(llm_client: Any) -> Any:
-    """None without an LLM; an ``llm.Summarizer`` as is; anything else wrapped in one."""
+def make_summarizer(llm_client: Any, max_seconds: Optional[float] = None) -> Any:
+    """None without an LLM; an ``llm.Summarizer`` as is; anything else wrapped in one.
+
+    ``max_seconds`` (config ``llm_timeout``) bounds each summary in wall-clock
+    time: a client's own timeout is per read, and a server that trickles bytes
+    would otherwise hold the consolidation worker indefinitely.
+    """
     if llm_client is None:
         return None
     if callable(getattr(llm_client, "summarize", None)) and callable(getattr(llm_client, "extract_entities", None)):
         return llm_client
     from emem_ros.consolidation.llm import Summarizer
 
-    return Summarizer(llm_client)
+    return Summarizer(llm_client, max_seconds=max_seconds)
 
 
 def check_config(config: Any) -> None:
@@ -64,7 +69,7 @@ class ConsolidationService:
     def __init__(self, memory: "Memory") -> None:
         check_config(memory.config)
         self.memory = memory
-        self.summarizer = make_summarizer(memory.llm_client)
+        self.summarizer = make_summarizer(memory.llm_client, memory.config.llm_timeout)
         self.writer = SummaryWriter(self.summarizer)
         self.book = EpisodeBook(memory)
         self.time_window = TimeWindowConsolidator(memory, self.writer)

@@ -10,6 +10,10 @@ written inside the same transaction as the work they describe.
   it stays short_term and searchable, but is never re-clustered. Late
   arrivals (a stamp older than ``s`` written after the run, ``id > i``) are
   picked up by the next run through the id mark.
+- ``body.scales``: ``{layer: {"scale": 100.0, "unit": "%"}}``, written by
+  archival: how a body layer's raw values map to the levels its texts show.
+  Once a layer's texts are all archived, body_status still reads archived
+  readings (their values stay) in the units it shows.
 - ``consolidation.episodes``: ``{"pending": [...], "released": [...]}``.
   *pending*: ended with ``consolidate=True`` and not yet consolidated (time
   window runs skip their observations; the worker consolidates them, also
@@ -28,6 +32,7 @@ from typing import Any, Optional
 CONSOLIDATION_MARKS = "consolidation.marks"
 ENTITY_MARKS = "entities.marks"
 EPISODES = "consolidation.episodes"
+BODY_SCALES = "body.scales"
 
 
 @dataclass
@@ -79,3 +84,15 @@ def read_episode_queue(conn: sqlite3.Connection) -> EpisodeQueue:
 
 def write_episode_queue(conn: Any, queue: EpisodeQueue) -> None:
     _write(conn, EPISODES, {"pending": sorted(set(queue.pending)), "released": sorted(set(queue.released))})
+
+
+def read_body_scales(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    value = _read(conn, BODY_SCALES)
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items()
+            if isinstance(v, dict) and isinstance(v.get("scale"), (int, float)) and isinstance(v.get("unit"), str)}
+
+
+def write_body_scales(conn: Any, scales: dict[str, dict[str, Any]]) -> None:
+    _write(conn, BODY_SCALES, scales)

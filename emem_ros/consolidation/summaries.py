@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from emem_ros.consolidation.readings import fmt_level, reading_level, same_quantity
 from emem_ros.consolidation.rows import LayerKind, ObsRow, detection_labels
 from emem_ros.core.types import Position
 
@@ -159,6 +160,47 @@ def reading_line(layer: str, rows: Sequence[ObsRow]) -> Optional[str]:
     if values:
         return f"{layer} " + _range(values, [format_number(v) for v in values])
     return text_line(layer, rows)
+
+
+def body_digest(rows: Sequence[ObsRow]) -> dict[str, str]:
+    """Body readings of a cluster, per layer, in a few words: ``{"battery": "54%→44%"}``.
+
+    Kept in a gist's metadata (never in its text, layers or embedding, so
+    perception answers never carry them) and used for an episode's body line.
+    """
+    by_layer: dict[str, list[ObsRow]] = {}
+    for row in sorted(rows, key=lambda r: (r.stamp, r.id)):
+        by_layer.setdefault(row.layer, []).append(row)
+    return {layer: _body_line(items) for layer, items in sorted(by_layer.items())}
+
+
+def _body_line(rows: Sequence[ObsRow]) -> str:
+    levels = [reading_level(r.text) for r in rows]
+    mixed = not same_quantity(r.text for r in rows)  # e.g. diagnostics: temperatures next to frequencies
+    if mixed or sum(1 for level in levels if level is not None) < 0.8 * len(rows):
+        values = [r.value for r in rows if r.value is not None and math.isfinite(r.value)]
+        if not mixed and values and len(values) >= 0.8 * len(rows):  # 'ok' texts: the values are the numbers
+            levels = [(v, "") for v in values]
+        else:
+            texts = _ordered_counts([_clip(r.text, 60) for r in rows if r.text])
+            more = f" (+{len(texts) - MAX_TEXTS} other)" if len(texts) > MAX_TEXTS else ""
+            return counted(texts[:MAX_TEXTS]) + more
+    units = Counter(level[1] for level in levels if level is not None)
+    unit = units.most_common(1)[0][0]
+    numbers = [level[0] for level in levels if level is not None and level[1] == unit]
+    first, last = numbers[0], numbers[-1]
+    if first == last and min(numbers) == max(numbers):
+        return fmt_level(first, unit)
+    text = f"{fmt_level(first, unit)}→{fmt_level(last, unit)}"
+    low, high = min(numbers), max(numbers)
+    if low < min(first, last) or high > max(first, last):
+        text += f" (range {fmt_level(low, unit)}–{fmt_level(high, unit)})"
+    return text
+
+
+def body_line(digest_by_layer: dict[str, str]) -> str:
+    """``battery 80%→62%, cpu_temp 41 °C→48 °C``: the body digest as one line."""
+    return ", ".join(f"{layer} {text}" for layer, text in digest_by_layer.items())
 
 
 # ---------------------------------------------------------------------- the digest

@@ -56,6 +56,8 @@ class MemoryConfig:
     """Seconds close() lets queued consolidation finish; the rest resumes on the next open."""
     maintenance_interval: float = 0.0
     """Seconds between automatic maintenance runs on the consolidation worker (0 = only on call)."""
+    llm_timeout: float = 120.0
+    """Wall-clock seconds one LLM summary (all its calls) may take before the plain summary is used."""
 
     # Archival
     archive_after_seconds: float = 3600.0
@@ -109,7 +111,7 @@ class MemoryConfig:
             "consolidation_time_gap", "consolidation_max_extent", "consolidation_max_size",
             "entity_spatial_radius", "recency_halflife", "hnsw_ef_construction", "hnsw_m",
             "hnsw_ef_search", "hnsw_max_elements", "embedding_cache_size", "log_segment_bytes",
-            "query_cache_size", "query_cache_ttl",
+            "query_cache_size", "query_cache_ttl", "llm_timeout",
         )
         non_negative = ("flush_interval", "index_save_interval", "archive_after_seconds", "recency_weight",
                         "log_keep_segments")

@@ -36,3 +36,18 @@ class UnknownNodeError(EmemError, KeyError):
 
 class WorkingMemoryFullError(EmemError):
     """Flushes keep failing and the working-memory buffer is full."""
+
+
+class EmbeddingUnavailableError(EmemError):
+    """The embedding provider failed (unreachable, timed out, crashed): an outage, not bad data.
+
+    Observations waiting to be embedded are kept for retry, never dead-lettered.
+    """
+
+
+class EmbeddingRejectedError(EmemError):
+    """The provider answered, but with vectors that cannot be used (zero, NaN, wrong shape)."""
+
+
+class MemoryInUseError(StoreError):
+    """Another process holds the memory file open for writing."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
+
+import numpy as np
 
 from emem_ros.core.errors import InvalidInputError
 
@@ -151,16 +154,43 @@ class Edge:
     weight: float = 1.0
 
 
+MAX_COORDINATE = 1.0e6
+"""Largest |x|, |y|, |z| in metres a position may have (1000 km from the map origin).
+
+No robot map is larger; anything beyond is a broken pose (an uninitialised
+filter, a unit mix-up) and would overflow the place grid (``cell_of``)."""
+
+
+def real_number(value: Any) -> Optional[float]:
+    """``value`` as a float when it is a real number (int, float, numpy scalar), else None.
+
+    bool is not a number here: ``True`` as a coordinate or a confidence is a bug.
+    """
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, without the ABC check (ingest hot path)
+        return float(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def finite_position(x: Any, y: Any, z: Any = 0.0) -> Optional[Position]:
-    """Return (x, y, z) as floats, None when x and y are both None; reject NaN/inf."""
+    """Return (x, y, z) as floats, None when x and y are both None; reject NaN/inf and absurd sizes."""
     if x is None and y is None:
         return None
     if x is None or y is None:
         raise InvalidInputError("give both x and y, or neither (position unknown)")
-    try:
-        pos = (float(x), float(y), float(0.0 if z is None else z))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"coordinates must be numbers, got x={x!r} y={y!r} z={z!r}") from exc
-    if not all(math.isfinite(c) for c in pos):
+    pos = (real_number(x), real_number(y), 0.0 if z is None else real_number(z))
+    if any(c is None for c in pos):
+        raise InvalidInputError(f"coordinates must be numbers, got x={x!r} y={y!r} z={z!r}")
+    if not all(math.isfinite(c) for c in pos):  # type: ignore[arg-type]
         raise InvalidInputError(f"coordinates must be finite numbers, got x={x!r} y={y!r} z={z!r}")
-    return pos
+    if any(abs(c) > MAX_COORDINATE for c in pos):  # type: ignore[arg-type]
+        raise InvalidInputError(
+            f"coordinates must lie within {MAX_COORDINATE:g} m of the map origin, got x={x!r} y={y!r} z={z!r};"
+            " a pose that far away is a broken pose"
+        )
+    return pos  # type: ignore[return-value]

@@ -7,7 +7,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from emem_ros.embeddings.base import EmbeddingProvider, check_embeddings
+from emem_ros.core.errors import EmbeddingUnavailableError
+from emem_ros.embeddings.base import EmbeddingProvider, check_embeddings, is_rejection
 
 
 class QueryEmbedder:
@@ -26,7 +27,15 @@ class QueryEmbedder:
                 self._items.move_to_end(text)
                 self.hits += 1
                 return vector
-        vector = check_embeddings(self._provider.embed([text]), [text], self._provider.dim)[0]
+        try:
+            raw = self._provider.embed([text])
+        except Exception as exc:  # a question then gets "the model is unavailable", not a traceback
+            if is_rejection(exc):
+                raise
+            raise EmbeddingUnavailableError(
+                f"the embedding model is unavailable, so questions by meaning cannot be answered now"
+                f" ({type(exc).__name__}: {exc}); questions by place, time or body state still work") from exc
+        vector = check_embeddings(raw, [text], self._provider.dim)[0]
         vector.setflags(write=False)
         with self._lock:
             self.misses += 1

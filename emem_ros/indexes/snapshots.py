@@ -36,12 +36,17 @@ def write_snapshot(folder: Path, stem: str, hwm: int, ext: str, writer: Callable
     temp = folder / f".{final.name}.tmp-{os.getpid()}"
     try:
         writer(str(temp))
+        if not temp.exists():  # hnswlib's save_index fails silently on an unwritable folder
+            raise OSError(f"could not write the index snapshot {temp} (is {folder} writable?)")
         with open(temp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(temp, final)
     finally:
         if temp.exists():
-            temp.unlink()
+            try:
+                temp.unlink()
+            except OSError:
+                pass
     _fsync_dir(folder)
     for mark, old in list_snapshots(folder, stem, ext):
         if old != final:

@@ -8,6 +8,7 @@ snapshot that cannot be read, or whose size disagrees with SQLite, is rebuilt.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 # Below this many live vectors an exact numpy scan is as fast as the graph
 # and never misses a filtered candidate.
 EXACT_SCAN_LIMIT = 2048
+PARALLEL_BATCH = 1024
+"""Vectors added at once from which hnswlib inserts on several threads."""
+PARALLEL_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 class VectorIndex:
@@ -58,7 +62,11 @@ class VectorIndex:
         index.set_num_threads(1)
         return index
 
-    def add(self, labels: np.ndarray, vectors: np.ndarray) -> None:
+    def add(self, labels: np.ndarray, vectors: np.ndarray, parallel: bool = False) -> None:
+        """Insert vectors; ``parallel`` lets a big batch use several cores (ingest of many new texts).
+
+        Rebuilds and catch-ups stay on one thread, so they give the same graph every time.
+        """
         if len(labels) == 0:
             return
         labels = np.asarray(labels, dtype=np.int64)
@@ -68,7 +76,10 @@ class VectorIndex:
             capacity = self._index.get_max_elements()
             if needed > capacity:
                 self._index.resize_index(max(needed, capacity * 2))
-            self._index.add_items(vectors, labels, num_threads=1)
+            # A big batch (a stream of new texts) is inserted on several cores: insertion is the
+            # slowest step of ingest then. Small batches stay on one thread.
+            threads = PARALLEL_THREADS if parallel and len(labels) >= PARALLEL_BATCH else 1
+            self._index.add_items(vectors, labels, num_threads=threads)
             self._live += len(labels)
             self.high_water = max(self.high_water, int(labels.max()))
             self.dirty = True

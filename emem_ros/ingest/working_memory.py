@@ -1,9 +1,17 @@
 """The working-memory buffer: accepts observations at once, stores them in batches.
 
 Flushes happen when the batch size is reached, on a real timer, and on demand.
-A failed flush keeps its batch at the front of the queue for the next try;
-only a full buffer whose flushes keep failing refuses new observations, with
-an error the caller sees. Nothing is dropped silently.
+Nothing is dropped silently:
+
+- an outage (embedder down, disk full; see ``failures.py``) keeps the whole
+  batch at the front of the queue for the next try;
+- one bad observation cannot block the rest: on any other failure the batch
+  is bisected, the observations that store are stored, and one that fails
+  alone (while others of its batch store) goes to the dead-letter sink
+  (a JSONL file beside the memory) with a logged error;
+- ``add`` never raises after it accepted an observation (a retrying caller
+  would store it twice); it raises only when it refuses one: the buffer is
+  full and flushing keeps failing (``WorkingMemoryFullError``).
 """
 
 from __future__ import annotations
@@ -11,25 +19,34 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from emem_ros.core.errors import WorkingMemoryFullError
 from emem_ros.core.periodic import PeriodicThread
+from emem_ros.ingest.failures import is_transient
 from emem_ros.storage.store import NewObservation
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Sequence[NewObservation]], object]
+DeadLetterSink = Callable[[Sequence[tuple[NewObservation, BaseException]]], None]
 
 # Bigger batches embed faster; this caps one transaction's size.
 MAX_CHUNK = 2048
 
 
 class WorkingMemory:
-    def __init__(self, sink: Sink, capacity: int, batch_size: int, interval: float) -> None:
+    def __init__(self, sink: Sink, capacity: int, batch_size: int, interval: float, *,
+                 dead_letter: Optional[DeadLetterSink] = None,
+                 transient: Callable[[BaseException], bool] = is_transient) -> None:
         self._sink = sink
+        self._dead_letter = dead_letter
+        self._transient = transient
         self._capacity = capacity
         self._batch_size = batch_size
+        self._retry_at = batch_size
+        """Without a timer: queue length at which add() tries the next synchronous flush
+        (one batch later after a failure, so an outage is not retried on every add)."""
         self._queue: deque[NewObservation] = deque()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -37,17 +54,29 @@ class WorkingMemory:
         if interval > 0:
             self._timer = PeriodicThread("emem-flush", interval, self._timed_flush).start()
         self.failed_flushes = 0
+        self.dead_lettered = 0
         self.last_error: Optional[BaseException] = None
+        """The error of the last flush attempt; None once a flush succeeded."""
 
     def __len__(self) -> int:
         return len(self._queue)
 
+    @property
+    def has_timer(self) -> bool:
+        return self._timer is not None
+
+    @property
+    def failing(self) -> bool:
+        """The last flush attempt failed and nothing has been stored since."""
+        return self.last_error is not None
+
     def add(self, observation: NewObservation) -> None:
+        """Buffer one observation; raises only when it refuses it (buffer full, flushes failing)."""
         with self._lock:
             full = len(self._queue) >= self._capacity
             if not full:
                 self._queue.append(observation)
-                due = len(self._queue) >= self._batch_size
+                due = len(self._queue) >= self._retry_at
         if full:
             # Back-pressure: store what is waiting before taking more.
             try:
@@ -63,38 +92,109 @@ class WorkingMemory:
             if self._timer is not None:
                 self._timer.poke()
             else:
-                self.flush()
+                try:
+                    self.flush()
+                except Exception as exc:  # accepted: it is kept, and add must not make the caller retry
+                    log.warning("flush failed, %d observations kept for retry: %s", len(self._queue), exc)
 
     def recent(self, n: Optional[int] = None) -> list[NewObservation]:
         with self._lock:
             items = list(self._queue)
         return items if n is None else items[-n:]
 
-    def flush(self) -> int:
-        """Store everything buffered; raise on failure with the batch kept."""
+    def flush(self, sink: Optional[Sink] = None) -> int:
+        """Store everything buffered; raise on failure with the unstored observations kept.
+
+        ``sink`` replaces the usual one for this call (the close uses one that
+        stores texts without vectors when the embedder is down).
+        """
         stored = 0
         with self._flush_lock:
             while True:
                 with self._lock:
                     if not self._queue:
-                        return stored
+                        break
                     chunk = [self._queue.popleft() for _ in range(min(MAX_CHUNK, len(self._queue)))]
                 try:
-                    self._sink(chunk)
+                    stored += self._store(chunk, sink or self._sink)
                 except BaseException as exc:
-                    with self._lock:
-                        self._queue.extendleft(reversed(chunk))
                     self.failed_flushes += 1
                     self.last_error = exc
+                    self._retry_at = len(self._queue) + self._batch_size
                     raise
-                stored += len(chunk)
+            self.last_error = None
+            self._retry_at = self._batch_size
+        return stored
+
+    def take_all(self) -> list[NewObservation]:
+        """Empty the buffer and return what it held (the close spills it when nothing else works)."""
+        with self._lock:
+            items = list(self._queue)
+            self._queue.clear()
+        return items
+
+    # ------------------------------------------------------------------ failures
+    def _store(self, chunk: list[NewObservation], sink: Sink) -> int:
+        try:
+            sink(chunk)
+            return len(chunk)
+        except BaseException as exc:
+            if len(chunk) == 1 or self._dead_letter is None or self._transient(exc):
+                self._requeue(chunk)
+                raise
+            log.warning("storing %d observations failed (%s: %s); looking for the one that causes it",
+                        len(chunk), type(exc).__name__, exc)
+            return self._isolate(chunk, sink)
+
+    def _isolate(self, chunk: list[NewObservation], sink: Sink) -> int:
+        """Bisect a batch that failed on data: store what stores, dead-letter what fails alone."""
+        assert self._dead_letter is not None
+        middle = len(chunk) // 2
+        work = [chunk[:middle], chunk[middle:]]
+        stored = 0
+        suspects: list[tuple[NewObservation, BaseException]] = []
+        while work:
+            part = work.pop(0)
+            try:
+                sink(part)
+                stored += len(part)
+                continue
+            except BaseException as exc:
+                if self._transient(exc):  # an outage began: keep everything not stored yet
+                    self._requeue([o for o, _ in suspects] + part + [o for w in work for o in w])
+                    raise
+                if len(part) > 1:
+                    middle = len(part) // 2
+                    work[0:0] = [part[:middle], part[middle:]]
+                else:
+                    suspects.append((part[0], exc))
+        if stored == 0:  # every observation fails on its own: the fault is not in one of them
+            self._requeue([o for o, _ in suspects])
+            raise suspects[-1][1]
+        try:
+            self._dead_letter(suspects)
+        except BaseException:
+            self._requeue([o for o, _ in suspects])
+            raise
+        self.dead_lettered += len(suspects)
+        return stored
+
+    def _requeue(self, items: Iterable[NewObservation]) -> None:
+        """Put unstored observations back at the front, in id order."""
+        with self._lock:
+            self._queue.extendleft(sorted(items, key=lambda o: o.id, reverse=True))
 
     def _timed_flush(self) -> None:
         if self._queue:
+            was_failing = self.failing
             try:
                 self.flush()
-            except Exception as exc:
-                log.warning("flush failed, %d observations kept for retry: %s", len(self._queue), exc)
+            except Exception as exc:  # warned when an outage begins, not every period while it lasts
+                log.log(logging.DEBUG if was_failing else logging.WARNING,
+                        "flush failed, %d observations kept for retry: %s", len(self._queue), exc)
+            else:
+                if was_failing:
+                    log.warning("flushing works again; the buffered observations are stored")
 
     def stop(self) -> None:
         if self._timer is not None:

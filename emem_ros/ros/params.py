@@ -177,6 +177,7 @@ _MEMORY_DESCRIPTIONS = {
     "consolidation_min_dwell": "Seconds away from a place before a new place starts.",
     "consolidation_close_timeout": "Seconds close() lets queued consolidation finish.",
     "maintenance_interval": "Seconds between the memory's own maintenance runs (0 = only on call).",
+    "llm_timeout": "Wall-clock seconds one LLM summary may take before the plain summary is used.",
     "archive_after_seconds": "Seconds after promotion to long_term before raw text is archived.",
     "archive_retention": "'keep' moves archived raw text to the cold store; 'drop' deletes it.",
     "archive_batch_size": "Observations archived per transaction.",

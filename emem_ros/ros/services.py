@@ -32,7 +32,7 @@ from emem_ros.core.errors import EmemError
 from emem_ros.core.types import NodeKind, Position, parse_id
 from emem_ros.ros.msgtypes import MessageFactory, time_fields
 from emem_ros.tools.registry import ToolCallError
-from emem_ros.tools.results import ActionResult, BodyReading, EpisodeReport, Hit
+from emem_ros.tools.results import ActionResult, BodyCrossing, BodyReading, EpisodeReport, Hit
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ ENTITY = f"{PKG}/msg/Entity"
 GIST = f"{PKG}/msg/Gist"
 EPISODE = f"{PKG}/msg/Episode"
 BODY_READING = f"{PKG}/msg/BodyReading"
+BODY_CROSSING = f"{PKG}/msg/BodyCrossing"
 POINT = "geometry_msgs/msg/Point"
 POINT_STAMPED = "geometry_msgs/msg/PointStamped"
 HEADER = "std_msgs/msg/Header"
@@ -350,13 +351,29 @@ class Converter:
 
     def body(self, readings: Sequence[BodyReading]) -> list[Any]:
         found = self.observations(r.obs_id for r in readings)
+        return [self.body_reading(reading, found.get(reading.obs_id)) for reading in readings]
+
+    def body_reading(self, reading: Optional[BodyReading], observation: Any = None) -> Any:
+        if reading is None:  # an unset field: empty text, zero time, no position
+            return self.make(BODY_READING, layer="", text="", value=math.nan, stamp=self.time(None),
+                             position=self.point(None), has_position=False)
+        position = observation.position if observation is not None else None
+        return self.make(
+            BODY_READING, layer=reading.layer, text=reading.text, value=_float(_finite(reading.value)),
+            stamp=self.time(reading.stamp), position=self.point(position), has_position=position is not None)
+
+    def crossings(self, crossings: Sequence[BodyCrossing]) -> list[Any]:
+        found = self.observations(r.obs_id for c in crossings for r in (c.before, c.after) if r is not None)
         out = []
-        for reading in readings:
-            observation = found.get(reading.obs_id)
-            position = observation.position if observation is not None else None
+        for crossing in crossings:
+            before = crossing.before
             out.append(self.make(
-                BODY_READING, layer=reading.layer, text=reading.text, value=_float(_finite(reading.value)),
-                stamp=self.time(reading.stamp), position=self.point(position), has_position=position is not None))
+                BODY_CROSSING, layer=crossing.layer, direction=crossing.direction,
+                threshold=float(crossing.threshold), unit=crossing.unit, has_before=before is not None,
+                before=self.body_reading(before, found.get(before.obs_id) if before is not None else None),
+                before_level=_float(_finite(crossing.before_level)),
+                after=self.body_reading(crossing.after, found.get(crossing.after.obs_id)),
+                after_level=_float(_finite(crossing.after_level))))
         return out
 
 
@@ -457,9 +474,25 @@ def _recall(conv: Converter, req: Any, res: Any) -> None:
     res.text = str(result)
 
 
+def _thresholds(below: Any, above: Any) -> tuple[Optional[float], Optional[float]]:
+    """NaN = not given; 0 in both (a fresh request) = no crossing search; 0 next to NaN is a real 0."""
+    low, high = _given(below), _given(above)
+    if low == 0.0 and high == 0.0:
+        return None, None
+    if low == 0.0 and high is not None:
+        low = None  # a fresh 0 beside a given 'above'
+    if high == 0.0 and low is not None:
+        high = None
+    return low, high
+
+
 def _body_status(conv: Converter, req: Any, res: Any) -> None:
-    result = conv.memory.tools.body_status(_strings(req.layers))
+    below, above = _thresholds(req.below, req.above)
+    result = conv.memory.tools.body_status(_strings(req.layers), **_kwargs(
+        at_time=_text(req.at_time), below=below, above=above, time_after=_text(req.time_after),
+        time_before=_text(req.time_before), n_results=_count(req.n_results)))
     res.readings = conv.body(result.readings)
+    res.crossings = conv.crossings(result.crossings)
     res.text = str(result)
 
 

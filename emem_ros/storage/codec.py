@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
+
+Metadata = Union[dict[str, Any], str, None]
+"""A metadata dict, or its JSON text as ``dumps`` wrote it (what ``Memory.add`` keeps)."""
 
 
 def vector_to_blob(vector: np.ndarray) -> bytes:
@@ -19,11 +22,26 @@ def blob_to_vector(blob: bytes, dim: int) -> np.ndarray:
     return vector
 
 
-def dumps(value: Optional[dict[str, Any]]) -> Optional[str]:
-    """JSON for metadata columns; None and {} are stored as NULL."""
+def _plain(value: Any) -> Any:
+    """JSON for values json does not know: numpy scalars and arrays as numbers, the rest as text."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def dumps(value: Metadata, *, strict: bool = False) -> Optional[str]:
+    """JSON for metadata columns; None and {} are stored as NULL; encoded text passes through.
+
+    ``strict`` refuses NaN and infinity (``Memory.add`` encodes once, strictly,
+    so the flush can never fail on metadata). Raises TypeError or ValueError.
+    """
+    if isinstance(value, str):
+        return value or None
     if not value:
         return None
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=_plain, allow_nan=not strict)
 
 
 def loads(text: Optional[str]) -> dict[str, Any]:

@@ -4,11 +4,19 @@ One writer connection guarded by a lock; each reading thread gets its own
 connection (WAL lets readers run while a flush or a consolidation writes).
 Derived indexes (hnswlib per node kind, the places R-tree) are updated after
 each commit and reconciled against SQLite on open, so a crash between the two
-costs a catch-up, never data.
+costs a catch-up, never data. Nothing after COMMIT may fail a write: a derived
+index that cannot take the new rows is marked stale and rebuilt from SQLite
+(at once, else at the next write or open), and a batch whose ids are already
+stored is skipped, so a retried batch can never fail forever on
+UNIQUE(observations.id).
+
+One process writes a memory file: the store holds an advisory lock on
+``<db>.lock`` from open to close (see ``filelock.py``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -41,12 +49,15 @@ from emem_ros.core.types import (
 from emem_ros.indexes.spatial_index import SpatialIndex
 from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
+from emem_ros.storage.filelock import ProcessLock
 from emem_ros.storage.oplog import OpLog, Record, RecordingConnection, apply_record
+from emem_ros.storage.place_cache import PlaceCache
 from emem_ros.storage.schema import migrate
 
 log = logging.getLogger(__name__)
 
 EmbedFn = Callable[[list[str]], np.ndarray]
+_INTEROCEPTION = SourceType.INTEROCEPTION.value  # a plain str: read per observation on ingest
 
 # Vector indexes by name: (table holding the vectors, integer label column,
 # SQL expression of the text the vector encodes).
@@ -79,18 +90,25 @@ class NewObservation:
     confidence: float = 1.0
     episode_id: Optional[int] = None
     value: Optional[float] = None
-    metadata: Optional[dict[str, Any]] = None
+    metadata: codec.Metadata = None
+    """A dict (imports), or None when ``metadata_json`` holds it."""
     embedding: Optional[np.ndarray] = None
     tier: Optional[str] = None
     """None for a new observation (short_term); an import keeps the tier it had."""
     tier_since: Optional[float] = None
     gist_id: Optional[int] = None
     """SUMMARIZES link kept by an import (new observations have none)."""
+    metadata_json: Optional[str] = None
+    """``metadata`` as stored (``codec.dumps``), when the caller encoded it already.
+
+    ``Memory.add`` encodes once, strictly, at add time and keeps only this text,
+    so a caller mutating its dict later changes nothing and the flush cannot
+    fail on metadata."""
 
     @property
     def wants_vector(self) -> bool:
         """Body readings are found by layer and time, never by meaning."""
-        return self.source_type != SourceType.INTEROCEPTION.value
+        return self.source_type != _INTEROCEPTION
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,10 @@ class WriteReport:
     new_texts: int = 0
     embedded: int = 0
     new_places: int = 0
+    deferred_vectors: int = 0
+    """Texts stored without the vector they need (embedder down); see ``backfill_vectors``."""
+    skipped: int = 0
+    """Observations of the batch that were already stored (a retried batch)."""
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -144,6 +166,15 @@ class _TextCache:
         self._items.clear()
 
 
+def _reembed_target(marker: str) -> tuple[str, int]:
+    """(model, dim) a re-embedding was heading for, from its meta marker."""
+    try:
+        value = json.loads(marker)
+        return str(value["model"]), int(value["dim"])
+    except (ValueError, KeyError, TypeError):
+        return str(marker), -1
+
+
 def check_db_path(path: Path) -> None:
     """Fail early, in plain words, on a path SQLite would reject obscurely."""
     folder = path.parent if str(path.parent) else Path(".")
@@ -166,6 +197,15 @@ class MemoryStore:
         self.model_name = model_name
         self.path = Path(config.db_path)
         check_db_path(self.path)
+        self._process_lock = ProcessLock(self.path.with_name(self.path.name + ".lock"), self.path)
+        self._process_lock.acquire()
+        try:
+            self._open(config, dim)
+        except BaseException:
+            self._process_lock.release()
+            raise
+
+    def _open(self, config: MemoryConfig, dim: int) -> None:
         self.index_dir = self.path.with_name(self.path.name + ".idx")
         self.log_dir = self.path.with_name(self.path.name + ".log")
         self.redone = 0
@@ -178,7 +218,12 @@ class MemoryStore:
         self.commit_listeners: list[Callable[[Optional[list]], None]] = []
         """Called after each commit, under the writer lock, with its statements (see _after_commit)."""
         self._text_cache = _TextCache(config.embedding_cache_size)
+        self.place_cache = PlaceCache(self)
+        """Places per text for the spatial tools; told after each commit which cells changed."""
+        self._touched_places: list = []
         self._deferred: list[tuple[int, list]] = []  # (seq, statements) logged, not yet in SQLite
+        self._stale: set[str] = set()  # derived indexes that missed rows after a commit
+        self._save_warned = False
         self._conn = self._connect()
         self.oplog: Optional[OpLog] = None
         try:
@@ -193,9 +238,22 @@ class MemoryStore:
         except BaseException:
             self._conn.close()
             raise
+        try:
+            self._open_derived(config, dim)
+        except BaseException:
+            self._conn.close()
+            if self.oplog is not None:
+                self.oplog.close()
+            raise
+
+    def _open_derived(self, config: MemoryConfig, dim: int) -> None:
         row = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()
         self._next_obs_id = int(row[0]) + 1
+        self._max_stored_obs_id = int(row[0])
         self._id_lock = threading.Lock()
+        self.vectors_pending = self._conn.execute(
+            "SELECT 1 FROM meta WHERE key='vectors_pending'").fetchone() is not None
+        """Some texts were stored without the vector they need; ``backfill_vectors`` embeds them."""
         self.vectors = {
             name: VectorIndex(
                 name, dim, m=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
@@ -249,6 +307,7 @@ class MemoryStore:
             self._conn.execute("BEGIN IMMEDIATE")
             conn = RecordingConnection(self._conn) if self.oplog is not None else self._conn
             deferred = self._deferred
+            self._touched_places = []
             try:
                 for seq, statements in deferred:  # logged earlier: they come first, in log order
                     apply_record(self._conn, Record(seq, statements))
@@ -270,9 +329,20 @@ class MemoryStore:
                 if deferred:
                     self._deferred = []
             except BaseException:
+                self._touched_places = []
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
+            if self._touched_places:  # after COMMIT, so a cache never takes an uncommitted state for current
+                touched, self._touched_places = self._touched_places, []
+                try:
+                    self.place_cache.changes.record(touched)
+                except Exception:  # committed: a failing cache must not make the caller retry the write
+                    log.exception("the place cache could not record a commit; clearing it")
+                    try:
+                        self.place_cache.clear()
+                    except Exception:
+                        pass
             self._after_commit(deferred, conn)
 
     def _after_commit(self, deferred: list, conn: Any) -> None:
@@ -375,11 +445,17 @@ class MemoryStore:
             conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (key, value))
 
     def _check_model(self) -> bool:
-        """Record the model on first open; on a later open, insist it is the same."""
+        """Record the model on first open; on a later open, insist it is the same.
+
+        A re-embedding that stopped half-way (``reembed_target`` in meta) left
+        vectors of two models: opening with its target model resumes it; any
+        other model needs ``rebuild_on_model_change`` (it then re-embeds with
+        that one), else the open is refused rather than mixing vector spaces.
+        """
         rows = dict(self._conn.execute(
-            "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')"
+            "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim', 'reembed_target')"
         ).fetchall())
-        if not rows:
+        if "embedding_model" not in rows:
             with self.write() as conn:
                 conn.executemany(
                     "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
@@ -388,6 +464,22 @@ class MemoryStore:
                 )
             return False
         stored_model, stored_dim = rows.get("embedding_model"), int(rows.get("embedding_dim", "0"))
+        marker = rows.get("reembed_target")
+        if marker is not None:
+            target = _reembed_target(marker)
+            if target == (self.model_name, self.dim):
+                log.warning("memory %s: resuming the re-embedding with %s (dim %d) that stopped half-way",
+                            self.path, self.model_name, self.dim)
+                return True
+            if self.config.rebuild_on_model_change:
+                log.warning("memory %s: a re-embedding with %s stopped half-way; re-embedding everything with"
+                            " %s (dim %d)", self.path, target[0], self.model_name, self.dim)
+                return True
+            raise EmbeddingMismatchError(
+                f"memory {self.path} was being re-embedded with model {target[0]!r} (dim {target[1]}) when it"
+                f" stopped, so its vectors mix two models; open it with {target[0]!r} to finish, or set"
+                f" rebuild_on_model_change=True to re-embed everything with {self.model_name!r}"
+            )
         if stored_model == self.model_name and stored_dim == self.dim:
             return False
         if self.config.rebuild_on_model_change:
@@ -403,29 +495,53 @@ class MemoryStore:
         )
 
     def reembed_all(self, embed: EmbedFn, batch: int = 512) -> int:
-        """Replace every stored vector with the current model's; then rebuild indexes."""
+        """Replace every stored vector with the current model's; then rebuild indexes.
+
+        Crash-safe: a ``reembed_target`` marker is committed before the first
+        vector changes, and each chunk commits its progress (``reembed_done``)
+        with its vectors, so an interrupted run resumes where it stopped and
+        no open in between can take the mixed vectors for one model's.
+        """
+        target = json.dumps({"model": self.model_name, "dim": self.dim})
         done = 0
         with self._write_lock:
-            for table, label, column in VECTOR_TABLES.values():
-                rows = self._conn.execute(
-                    f"SELECT {label}, {column} FROM {table} WHERE embedding IS NOT NULL"
+            rows = dict(self._conn.execute(
+                "SELECT key, value FROM meta WHERE key IN ('reembed_target', 'reembed_done')").fetchall())
+            progress: dict[str, int] = {}
+            if rows.get("reembed_target") == target:
+                progress = {k: int(v) for k, v in json.loads(rows.get("reembed_done") or "{}").items()}
+            else:
+                with self.write() as conn:
+                    conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+                                     [("reembed_target", target), ("reembed_done", "{}")])
+            for name, (table, label, column) in VECTOR_TABLES.items():
+                rows_ = self._conn.execute(
+                    f"SELECT {label}, {column} FROM {table} WHERE embedding IS NOT NULL AND {label} > ?"
+                    f" ORDER BY {label}", (progress.get(name, -(2 ** 62)),)
                 ).fetchall()
-                for start in range(0, len(rows), batch):
-                    chunk = rows[start : start + batch]
+                for start in range(0, len(rows_), batch):
+                    chunk = rows_[start : start + batch]
                     vectors = embed([r[1] for r in chunk])
+                    progress[name] = int(chunk[-1][0])
                     with self.write() as conn:
                         conn.executemany(
                             f"UPDATE {table} SET embedding=? WHERE {label}=?",
                             [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, chunk)],
                         )
+                        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('reembed_done', ?)",
+                                     (json.dumps(progress),))
                     done += len(chunk)
             with self.write() as conn:
                 conn.executemany(
                     "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
                     [("embedding_model", self.model_name), ("embedding_dim", str(self.dim))],
                 )
+                conn.execute("DELETE FROM meta WHERE key IN ('reembed_target', 'reembed_done')")
             for path in self.index_dir.glob("*") if self.index_dir.exists() else []:
-                path.unlink()
+                try:
+                    path.unlink()
+                except OSError as exc:  # the open below ignores snapshots it cannot trust
+                    log.warning("could not remove the old index file %s: %s", path, exc)
             self.needs_reembed = False
             self._open_indexes()
         return done
@@ -433,24 +549,61 @@ class MemoryStore:
     # ------------------------------------------------------------------ derived indexes
     def _open_indexes(self) -> None:
         started = time.perf_counter()
-        report: dict[str, Any] = {}
-        for name, (table, label, _) in VECTOR_TABLES.items():
-            index = self.vectors[name]
-            expected = self._ids(f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")
-            top = int(expected[-1]) if len(expected) else 0
-            loaded = index.load(self.index_dir, top)
-            if not loaded and len(expected):
-                log.info("%s: no usable snapshot, rebuilding %d vectors from SQLite", name, len(expected))
-            missing, extra = index.reconcile(
-                expected, lambda ids, t=table, c=label: self._fetch_vectors(t, ids, c))
-            report[name] = {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(index)}
-        expected = self._ids("SELECT id FROM places ORDER BY id")
-        top = int(expected[-1]) if len(expected) else 0
-        loaded = self.places.load(self.index_dir, top)
-        missing, extra = self.places.reconcile(expected, self._fetch_place_boxes)
-        report["places"] = {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(self.places)}
+        report: dict[str, Any] = {name: self._reconcile_index(name, load=True) for name in VECTOR_TABLES}
+        report["places"] = self._reconcile_index("places", load=True)
         report["seconds"] = time.perf_counter() - started
         self.open_report = report
+
+    def _reconcile_index(self, name: str, load: bool = False) -> dict[str, Any]:
+        """Make one derived index hold exactly what SQLite holds (after loading its snapshot)."""
+        if name == "places":
+            expected = self._ids("SELECT id FROM places ORDER BY id")
+            top = int(expected[-1]) if len(expected) else 0
+            loaded = self.places.load(self.index_dir, top) if load else False
+            missing, extra = self.places.reconcile(expected, self._fetch_place_boxes)
+            return {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(self.places)}
+        table, label, _ = VECTOR_TABLES[name]
+        index = self.vectors[name]
+        expected = self._ids(f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")
+        top = int(expected[-1]) if len(expected) else 0
+        loaded = index.load(self.index_dir, top) if load else False
+        if load and not loaded and len(expected):
+            log.info("%s: no usable snapshot, rebuilding %d vectors from SQLite", name, len(expected))
+        missing, extra = index.reconcile(
+            expected, lambda ids, t=table, c=label: self._fetch_vectors(t, ids, c))
+        return {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(index)}
+
+    def _update_index(self, name: str, update: Callable[[], None]) -> None:
+        """Apply a committed change to a derived index; on failure mark it stale, never raise.
+
+        The rows are in SQLite already: raising here would make the caller retry
+        a write that succeeded. A stale index is reconciled from SQLite at once,
+        or at the next write, save or open.
+        """
+        try:
+            update()
+        except Exception:
+            log.exception("the %s index could not take rows that are already stored; rebuilding it from SQLite",
+                          name)
+            self._stale.add(name)
+        if self._stale:
+            with self._write_lock:  # reconcile reads through the writer connection
+                self._repair_stale()
+
+    def _repair_stale(self) -> None:
+        for name in sorted(self._stale):
+            try:
+                self._reconcile_index(name)
+            except Exception as exc:
+                log.warning("the %s index is still behind SQLite (%s); it is caught up at the next write or"
+                            " open", name, exc)
+            else:
+                self._stale.discard(name)
+                log.warning("the %s index was caught up from SQLite", name)
+
+    @property
+    def stale_indexes(self) -> frozenset[str]:
+        return frozenset(self._stale)
 
     def _ids(self, sql: str) -> np.ndarray:
         rows = self._conn.execute(sql).fetchall()
@@ -519,11 +672,31 @@ class MemoryStore:
                 self.oplog.prune(min(cutoff, seq))
         return seq
 
-    def save_indexes(self) -> None:
-        """Snapshot every derived index atomically (cheap when nothing changed)."""
-        for index in self.vectors.values():
-            index.save(self.index_dir)
-        self.places.save(self.index_dir)
+    def save_indexes(self) -> bool:
+        """Snapshot every derived index atomically (cheap when nothing changed); never raises.
+
+        A snapshot is a cache of SQLite: one that cannot be written (read-only
+        or full ``.idx`` folder) costs a rebuild on the next open, never data,
+        so it is a warning (logged once per open), not an error that would stop
+        a close. Returns whether every snapshot was written.
+        """
+        if self._stale:
+            with self._write_lock:
+                self._repair_stale()
+        ok = True
+        for name, index in [*self.vectors.items(), ("places", self.places)]:
+            try:
+                index.save(self.index_dir)
+            except Exception as exc:
+                ok = False
+                if not self._save_warned:
+                    self._save_warned = True
+                    log.warning("could not save the %s index snapshot in %s (%s: %s); the memory itself is"
+                                " safe and the index is rebuilt from it on the next open (warned once)",
+                                name, self.index_dir, type(exc).__name__, exc)
+                else:
+                    log.debug("could not save the %s index snapshot: %s", name, exc)
+        return ok
 
     # ------------------------------------------------------------------ ingest
     def allocate_observation_id(self) -> int:
@@ -532,19 +705,30 @@ class MemoryStore:
             self._next_obs_id += 1
             return value
 
-    def write_observations(self, batch: Sequence[NewObservation], embed: EmbedFn) -> WriteReport:
+    def write_observations(self, batch: Sequence[NewObservation], embed: EmbedFn, *,
+                           defer_vectors: bool = False) -> WriteReport:
         """Store a batch: intern texts, embed only unseen ones, one transaction.
 
         Raises (and writes nothing) when embedding or SQLite fails, so the caller
-        can keep the batch and retry.
+        can keep the batch and retry. Once committed it never raises: derived
+        indexes that fail are repaired from SQLite (``_update_index``), and
+        observations already stored (a retried batch) are skipped.
+
+        ``defer_vectors``: when ``embed`` fails, store the texts without the
+        vectors they need (the last resort of a close while the embedder is
+        down); ``backfill_vectors`` embeds them later.
         """
         started = time.perf_counter()
-        report = WriteReport(observations=len(batch))
         if not batch:
-            return report
+            return WriteReport()
         with self._write_lock:
+            fresh = self._not_yet_stored(batch)
+            report = WriteReport(observations=len(fresh), skipped=len(batch) - len(fresh))
+            batch = fresh
+            if not batch:
+                return report
             known = self._lookup_texts({o.text for o in batch})
-            vectors = self._vectors_for(batch, known, embed)
+            vectors = self._vectors_for(batch, known, embed, report if defer_vectors else None)
             now = time.time()
             max_place = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM places").fetchone()[0]
             with self.write() as conn:
@@ -558,7 +742,8 @@ class MemoryStore:
                             o.id, text_ids[o.text], o.stamp, o.layer, o.source_type,
                             *(o.position if o.position is not None else (None, None, None)),
                             o.frame_id, o.confidence, o.episode_id, o.tier or Tier.SHORT_TERM.value,
-                            now if o.tier_since is None else o.tier_since, o.value, codec.dumps(o.metadata),
+                            now if o.tier_since is None else o.tier_since, o.value,
+                            o.metadata_json if o.metadata_json is not None else codec.dumps(o.metadata),
                         )
                         for o in batch
                     ],
@@ -575,20 +760,80 @@ class MemoryStore:
                 new_places = conn.execute(
                     "SELECT id, cx, cy, cz FROM places WHERE id > ?", (max_place,)
                 ).fetchall()
-            # Committed: bring the derived indexes up to date (a crash here is
-            # repaired by reconcile on the next open).
+                if report.deferred_vectors:
+                    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('vectors_pending', '1')")
+            # Committed. From here nothing may raise: the caller would retry a
+            # write that succeeded. Derived indexes that fail are repaired from
+            # SQLite (a crash here is repaired by reconcile on the next open).
+            self._max_stored_obs_id = max(self._max_stored_obs_id, max(o.id for o in batch))
+            if report.deferred_vectors:
+                self.vectors_pending = True
             for text, (text_id, has_vector) in known.items():
                 self._text_cache.put(text, text_id, has_vector)
             if new_vector_ids:
                 ids = np.array([tid for tid, _ in new_vector_ids], dtype=np.int64)
-                self.vectors["texts"].add(ids, np.stack([v for _, v in new_vector_ids]))
+                self._update_index("texts", lambda: self.vectors["texts"].add(
+                    ids, np.stack([v for _, v in new_vector_ids]), parallel=True))
             if new_places:
-                ids = np.array([p[0] for p in new_places], dtype=np.int64)
-                boxes = np.array([self._cell_box(*p[1:]) for p in new_places], dtype=np.float64)
-                self.places.insert(ids, boxes)
+                self._update_index("places", lambda: self.places.insert(
+                    np.array([p[0] for p in new_places], dtype=np.int64),
+                    np.array([self._cell_box(*p[1:]) for p in new_places], dtype=np.float64)))
+            elif self._stale:
+                self._repair_stale()
             report.new_places = len(new_places)
         report.seconds = time.perf_counter() - started
         return report
+
+    def _not_yet_stored(self, batch: Sequence[NewObservation]) -> list[NewObservation]:
+        """The batch minus observations already in SQLite (a batch retried after its commit).
+
+        Ids only grow, so a fresh batch is recognised without a query.
+        """
+        if min(o.id for o in batch) > self._max_stored_obs_id:
+            return list(batch)
+        low = [o.id for o in batch if o.id <= self._max_stored_obs_id]
+        stored: set[int] = set()
+        for start in range(0, len(low), 900):
+            chunk = low[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            stored.update(r[0] for r in self._conn.execute(
+                f"SELECT id FROM observations WHERE id IN ({marks})", chunk))
+        if stored:
+            log.warning("skipping %d observation(s) that are already stored (a retried batch)", len(stored))
+        return [o for o in batch if o.id not in stored]
+
+    def backfill_vectors(self, embed: EmbedFn, batch: int = 512) -> int:
+        """Embed texts stored without the vector they need (stored while the embedder was down).
+
+        Runs only while ``vectors_pending`` is set; clears it when every such
+        text has its vector. Raises what ``embed`` raises (the flag stays).
+        """
+        if not self.vectors_pending:
+            return 0
+        done = 0
+        with self._write_lock:
+            rows = self._conn.execute(
+                "SELECT t.id, t.text FROM texts t WHERE t.embedding IS NULL AND EXISTS"
+                " (SELECT 1 FROM observations o WHERE o.text_id = t.id AND o.source_type != ?) ORDER BY t.id",
+                (_INTEROCEPTION,),
+            ).fetchall()
+            for start in range(0, len(rows), batch):
+                chunk = rows[start : start + batch]
+                vectors = np.asarray(embed([r[1] for r in chunk]), dtype=np.float32)
+                with self.write() as conn:
+                    conn.executemany("UPDATE texts SET embedding=? WHERE id=? AND embedding IS NULL",
+                                     [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, chunk)])
+                ids = np.array([r[0] for r in chunk], dtype=np.int64)
+                self._update_index("texts", lambda: self.vectors["texts"].add(ids, vectors))
+                for text_id, text in chunk:
+                    self._text_cache.put(text, text_id, True)
+                done += len(chunk)
+            with self.write() as conn:
+                conn.execute("DELETE FROM meta WHERE key='vectors_pending'")
+            self.vectors_pending = False
+        if done:
+            log.warning("embedded %d text(s) that were stored without a vector while the embedder was down", done)
+        return done
 
     def _lookup_texts(self, texts: set[str]) -> dict[str, tuple[int, bool]]:
         known: dict[str, tuple[int, bool]] = {}
@@ -609,9 +854,14 @@ class MemoryStore:
         return known
 
     def _vectors_for(
-        self, batch: Sequence[NewObservation], known: dict[str, tuple[int, bool]], embed: EmbedFn
+        self, batch: Sequence[NewObservation], known: dict[str, tuple[int, bool]], embed: EmbedFn,
+        defer_into: Optional[WriteReport] = None,
     ) -> dict[str, np.ndarray]:
-        """Vectors for texts that need one and lack one; given embeddings first."""
+        """Vectors for texts that need one and lack one; given embeddings first.
+
+        With ``defer_into``, a failing ``embed`` is logged and counted there
+        instead of raised: those texts are stored without a vector for now.
+        """
         vectors: dict[str, np.ndarray] = {}
         wanted: list[str] = []
         for o in batch:
@@ -626,7 +876,16 @@ class MemoryStore:
                 wanted.append(o.text)
         wanted = [t for t in wanted if t not in vectors]
         if wanted:
-            for text, vector in zip(wanted, embed(wanted)):
+            try:
+                embedded = embed(wanted)
+            except Exception as exc:
+                if defer_into is None:
+                    raise
+                log.warning("embedding failed (%s); storing %d text(s) without a vector, to be embedded later",
+                            exc, len(wanted))
+                defer_into.deferred_vectors = len(wanted)
+                return vectors
+            for text, vector in zip(wanted, embedded):
                 vectors[text] = vector
         return vectors
 
@@ -683,6 +942,7 @@ class MemoryStore:
             " last_stamp = MAX(last_stamp, excluded.last_stamp)",
             [(*key, *g) for key, g in groups.items()],
         )
+        self._touched_places.extend(groups)
 
     # ------------------------------------------------------------------ reading observations
     def observation_from_row(self, row: Sequence[Any]) -> Observation:
@@ -846,7 +1106,8 @@ class MemoryStore:
                          (summary, codec.vector_to_blob(embedding) if embedding is not None else None,
                           episode_id))
         if embedding is not None:
-            self.vectors["episodes"].add(np.array([episode_id]), embedding.reshape(1, -1))
+            self._update_index("episodes", lambda: self.vectors["episodes"].add(
+                np.array([episode_id]), np.asarray(embedding).reshape(1, -1)))
 
     EPISODE_COLUMNS = ("id, name, start, end, status, parent_id, previous_id, summary, goal, action,"
                        " result, reflection, success, metadata")
@@ -929,7 +1190,8 @@ class MemoryStore:
 
     def index_gist(self, gist_id: int, embedding: Optional[np.ndarray]) -> None:
         if embedding is not None:
-            self.vectors["gists"].add(np.array([gist_id]), np.asarray(embedding).reshape(1, -1))
+            self._update_index("gists", lambda: self.vectors["gists"].add(
+                np.array([gist_id]), np.asarray(embedding).reshape(1, -1)))
 
     def get_gists(self, ids: Sequence[int]) -> list[Gist]:
         ids = [int(i) for i in ids]
@@ -995,6 +1257,11 @@ class MemoryStore:
         }
 
     def close(self) -> None:
+        """Apply logged transactions, save index snapshots, close files, drop the process lock.
+
+        Nothing here can lose stored data: what is logged but not applied is
+        redone on the next open, and unsaved snapshots are rebuilt then.
+        """
         with self._write_lock:
             if self._closed:
                 return
@@ -1011,16 +1278,19 @@ class MemoryStore:
                     self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:
                     pass
-                self._conn.close()
-                if self.oplog is not None:
-                    self.oplog.close()
-                with self._readers_lock:
-                    for conn in self._readers:
-                        try:
-                            conn.close()
-                        except sqlite3.Error:
-                            pass
-                    self._readers.clear()
+                try:
+                    self._conn.close()
+                    if self.oplog is not None:
+                        self.oplog.close()
+                    with self._readers_lock:
+                        for conn in self._readers:
+                            try:
+                                conn.close()
+                            except sqlite3.Error:
+                                pass
+                        self._readers.clear()
+                finally:
+                    self._process_lock.release()
 
     @property
     def closed(self) -> bool:

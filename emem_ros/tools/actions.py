@@ -27,7 +27,13 @@ def store_specific_memory(env: ToolEnv, text: Any, x: Any = None, y: Any = None,
         raise InvalidInputError(f"layer '{layer}' holds body readings; store notes in another layer")
     obs_id = env.memory.add(text, x, y, 0.0 if z is None else z, layer_name=layer,
                             source_type=SourceType.MANUAL.value, metadata=metadata)
-    env.memory.flush()
+    try:
+        env.memory.flush()
+    except Exception:  # accepted and kept: an error here would make the planner store it twice
+        note = env.memory.unstored_note() or "storing fails right now"
+        return ActionResult("store_specific_memory", True,
+                            f"Accepted {obs_id} in layer '{layer}': {quoted(text)}; it is kept and becomes"
+                            f" searchable once it is stored ({note}). Do not store it again.", obs_id)
     observation = env.memory.get_observation(obs_id)
     where = f" at {fmt_pos(observation.position)}" if observation.position is not None else " (no position)"
     episode = f", in episode {observation.episode_id}" if observation.episode_id else ""

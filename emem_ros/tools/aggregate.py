@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
+from emem_ros.storage.place_cache import PlaceArrays
 from emem_ros.storage.store import MemoryStore, Place
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters
@@ -95,6 +96,11 @@ def places_by_id(store: MemoryStore, ids: Sequence[int], layer: Optional[str] = 
     return out
 
 
+def place_rows_by_id(store: MemoryStore, ids: Sequence[int]) -> PlaceArrays:
+    """``places_by_id`` as columns (same rows, same order: ascending id)."""
+    return store.place_cache.by_id(ids)
+
+
 def places_of_texts_near(store: MemoryStore, text_ids: Sequence[int], center: Position, radius: float,
                          layers: Sequence[str], three_d: bool = False) -> list[Place]:
     """The places of some texts inside a circle (or sphere).
@@ -102,6 +108,19 @@ def places_of_texts_near(store: MemoryStore, text_ids: Sequence[int], center: Po
     Seeks the (text_id, layer, cx, cy, cz) unique index on a range of cells,
     so a text seen at a thousand places costs only the ones nearby.
     """
+    return [_place(r) for r in _place_rows_near(store, text_ids, center, radius, layers, three_d)]
+
+
+def _place_rows_near(store: MemoryStore, text_ids: Sequence[int], center: Position, radius: float,
+                     layers: Sequence[str], three_d: bool = False) -> list[tuple]:
+    if not text_ids or not layers:
+        return []
+    return store.place_cache.near(text_ids, center, radius, layers, three_d).rows()
+
+
+def _place_rows_near_sql(store: MemoryStore, text_ids: Sequence[int], center: Position, radius: float,
+                         layers: Sequence[str], three_d: bool = False) -> list[tuple]:
+    """``_place_rows_near`` straight from SQLite (the cache's reference; kept for tests and checks)."""
     if not text_ids or not layers:
         return []
     cell = store.cell_size
@@ -114,13 +133,45 @@ def places_of_texts_near(store: MemoryStore, text_ids: Sequence[int], center: Po
     if three_d:
         where += " AND cz BETWEEN ? AND ?"
         bounds += [math.floor((cz - radius) / cell), math.floor((cz + radius) / cell)]
-    out: list[Place] = []
+    rows: list[tuple] = []
     ids = list(text_ids)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         sql = f"SELECT {_PLACE_COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}) AND {where}"
-        out.extend(_place(r) for r in store.reader().execute(sql, [*chunk, *bounds]))
-    return within(out, center, radius, three_d)
+        rows.extend(store.reader().execute(sql, [*chunk, *bounds]))
+    return rows_within(rows, center, radius, three_d)
+
+
+def place_arrays_near(store: MemoryStore, text_ids: Sequence[int], center: Position, radius: float,
+                      layers: Sequence[str], three_d: bool = False) -> PlaceArrays:
+    """``places_of_texts_near`` as numpy columns, same rows in the same order.
+
+    For callers that handle hundreds of places with numpy: a Place object
+    per row costs more than finding it.
+    """
+    if not text_ids or not layers:
+        return PlaceArrays.empty()
+    return store.place_cache.near(text_ids, center, radius, layers, three_d)
+
+
+def rows_within(rows: list[tuple], center: Position, radius: float, three_d: bool = False) -> list[tuple]:
+    """``within`` on raw place rows (the centroid is sum / count), same arithmetic."""
+    cx, cy, cz = center
+    r2 = radius * radius
+    out = []
+    for row in rows:
+        count = row[3]
+        d2 = (row[4] / count - cx) ** 2 + (row[5] / count - cy) ** 2
+        if three_d:
+            d2 += (row[6] / count - cz) ** 2
+        if d2 <= r2:
+            out.append(row)
+    return out
+
+
+def place_of_row(row: Sequence) -> Place:
+    """A raw place row as a Place (its text left empty: the tools fetch texts once, for the hits kept)."""
+    return _place(row)
 
 
 class AreaIndex:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from emem_ros.tools import actions, body, context, episodes, knowledge, locate, perception
-from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.env import ToolEnv, attach_unstored_notes
 from emem_ros.tools.registry import ToolRegistry, ToolSpec
 from emem_ros.tools.results import (
     ActionResult,
@@ -42,6 +42,7 @@ class MemoryTools:
         from emem_ros.agent import tools as agent_tools  # here: the agent package builds on this one
 
         agent_tools.install(self, memory)  # the query cache, and record/find_experiences, memory_stats
+        attach_unstored_notes(self)  # last: answers say when observations still wait to be stored
 
     def _spec(self, name: str, spec: dict[str, Any], kind: str) -> ToolSpec:
         return ToolSpec(name=name, description=spec["description"], parameters=spec["parameters"],
@@ -95,8 +96,9 @@ class MemoryTools:
     def recall(self, query: str, n_results: int = 10, radius_multiplier: float = 1.5) -> RecallResult:
         return locate.recall(self.env, query, n_results, radius_multiplier)
 
-    def body_status(self, layers: Any = None) -> BodyStatusResult:
-        return body.body_status(self.env, layers)
+    def body_status(self, layers: Any = None, at_time: Any = None, below: Any = None, above: Any = None,
+                    time_after: Any = None, time_before: Any = None, n_results: Any = None) -> BodyStatusResult:
+        return body.body_status(self.env, layers, at_time, below, above, time_after, time_before, n_results)
 
     # ------------------------------------------------------------------ write actions
     def store_specific_memory(self, text: str, x: Any = None, y: Any = None, z: Any = None,

@@ -51,11 +51,80 @@ def group_places(places: list[Place], link: float = SAME_OBJECT) -> list[Group]:
     by_key: dict[tuple[int, str], list[Place]] = {}
     for p in places:
         by_key.setdefault((p.text_id, p.layer), []).append(p)
+    if len(places) > SMALL:
+        return _group_many(places, by_key, link)
     groups: list[Group] = []
     for (text_id, layer), members in by_key.items():
         for cluster in link_clusters(members, link):
             groups.append(Group(text_id, layer, cluster))
     return groups
+
+
+def _group_many(places: list[Place], by_key: dict[tuple[int, str], list[Place]], link: float) -> list[Group]:
+    """``group_places`` for hundreds of places: one k-d tree for all keys, same groups in the same order.
+
+    Keys are kept apart by an offset on a third axis far larger than any
+    link, so only places of one key can pair up.
+    """
+    rank = {key: i for i, key in enumerate(by_key)}
+    xyk = np.array([(p.centroid[0], p.centroid[1], rank[(p.text_id, p.layer)] * KEY_GAP) for p in places])
+    labels = linked_labels(xyk, link)
+    clusters: dict[int, list[Place]] = {}
+    for label, p in zip(labels.tolist(), places):
+        clusters.setdefault(label, []).append(p)
+    # link_clusters' order: keys by first appearance, then each key's clusters by their first member.
+    first = {label: i for i, label in reversed(list(enumerate(labels.tolist())))}
+    ordered = sorted(clusters, key=lambda label: (rank[(clusters[label][0].text_id, clusters[label][0].layer)],
+                                                  first[label]))
+    return [Group(clusters[label][0].text_id, clusters[label][0].layer, clusters[label]) for label in ordered]
+
+
+SMALL = 64
+"""Up to this many points the pure-Python / dense numpy paths are the cheapest."""
+KEY_GAP = 1e9
+"""Offset between keys on the third axis: far beyond any link, so keys never pair up."""
+
+
+def linked_labels(points: np.ndarray, link: float) -> np.ndarray:
+    """Single-linkage labels (distance <= link), numbered by each component's first point.
+
+    Pairs come from a k-d tree; components from a few rounds of min-label
+    propagation with pointer jumping (cheaper than building a sparse graph
+    for the few hundred points of a query), or scipy's connected_components
+    when a long chain needs more rounds. Both number components by their
+    lowest point, like the dense labels of ``components``.
+    """
+    from scipy.spatial import cKDTree
+
+    n = len(points)
+    pairs = cKDTree(points).query_pairs(link, output_type="ndarray")
+    labels = np.arange(n)
+    if len(pairs):
+        a, b = pairs[:, 0], pairs[:, 1]
+        for _ in range(PROPAGATION_ROUNDS):
+            low = np.minimum(labels[a], labels[b])
+            spread = labels.copy()
+            np.minimum.at(spread, a, low)
+            np.minimum.at(spread, b, low)
+            spread = spread[spread]
+            if np.array_equal(spread, labels):
+                break
+            labels = spread
+        else:
+            return _connected(pairs, n)
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
+
+
+PROPAGATION_ROUNDS = 10
+
+
+def _connected(pairs: np.ndarray, n: int) -> np.ndarray:
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    graph = coo_matrix((np.ones(len(pairs), dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    return labels.astype(np.int64)
 
 
 def link_clusters(places: list[Place], link: float) -> list[list[Place]]:
@@ -95,6 +164,8 @@ def components(xy: np.ndarray, link: float) -> np.ndarray:
     n = len(xy)
     if n == 0:
         return np.empty(0, dtype=np.int64)
+    if n > SMALL:
+        return linked_labels(np.asarray(xy, dtype=np.float64)[:, :2], link)
     d2 = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(axis=2)
     adjacent = d2 <= link * link
     labels = np.arange(n)

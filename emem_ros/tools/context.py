@@ -63,7 +63,7 @@ def current_position(env: ToolEnv) -> tuple[Optional[Position], str]:
         pose = conn.execute("SELECT x, y, z, stamp FROM observations WHERE layer = ? AND x IS NOT NULL"
                             " ORDER BY stamp DESC LIMIT 1", (layer,)).fetchone()
         if pose is not None and newest[3] - pose[3] <= POSE_FRESHNESS:
-            return (pose[0], pose[1], pose[2] or 0.0), f"robot pose at the last '{layer}' reading"
+            return (pose[0], pose[1], pose[2] or 0.0), "robot pose at its latest body reading"
     return (newest[0], newest[1], newest[2] or 0.0), "where the last observation was made"
 
 

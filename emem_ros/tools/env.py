@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
 import math
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -36,8 +39,13 @@ class ToolEnv:
         return self.memory.now()
 
     def prepare(self) -> float:
-        """Make everything added so far visible; returns the memory clock's now."""
-        self.memory.flush()
+        """Make everything added so far visible, best-effort; returns the memory clock's now.
+
+        A question never fails because storing does (embedder down): it is
+        answered from what is stored, and ``attach_unstored_notes`` adds a note
+        saying how many observations still wait (``Memory.flush_for_query``).
+        """
+        self.memory.flush_for_query()
         self.catalog.sync()
         return self.now()
 
@@ -129,3 +137,37 @@ class ToolEnv:
         if not notes and not f.empty:
             notes.append("nothing passes the filters (" + f.describe(self.fmt) + "); try fewer filters")
         return notes
+
+
+def attach_unstored_notes(tools: Any) -> None:
+    """Wrap every registered tool so its answer notes observations still waiting to be stored.
+
+    Called once, last, by ``MemoryTools``: it wraps the registry handlers
+    (``dispatch_tool_call``) and the typed methods of the ten tools (the
+    facade), outside the query cache, so a cached answer gets the note too.
+    Results without a ``notes`` list are returned as they are.
+    """
+    memory = tools.env.memory
+    for name in list(tools.registry.names):
+        spec = tools.registry.get(name)
+        if spec is None:
+            continue
+        wrapped = _noting(memory, spec.handler)
+        tools.registry.register(dataclasses.replace(spec, handler=wrapped), replace=True)
+        if callable(getattr(type(tools), name, None)) or name in vars(tools):
+            setattr(tools, name, _noting(memory, getattr(tools, name)))
+
+
+def _noting(memory: "Memory", fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        note = memory.unstored_note() if not memory.closed else None
+        if note and dataclasses.is_dataclass(result) and isinstance(getattr(result, "notes", None), list):
+            try:  # a copy: the query cache may hold this very object
+                result = dataclasses.replace(result, notes=[*result.notes, note])
+            except (TypeError, ValueError):
+                logging.getLogger(__name__).debug("could not add the unstored note to %s", type(result).__name__)
+        return result
+
+    return call

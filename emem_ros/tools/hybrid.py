@@ -20,8 +20,11 @@ RRF_K = 60
 MAX_TOKENS = 12
 DF_BUDGET = 300
 """Documents BM25 may score for the OR query (about 1.5 us each); rarer words are kept first."""
+AND_DEPTH = 256
+"""AND matches of common words read at most (newest first): a filtered search that keeps asking for
+more stops here instead of walking thousands of full matches the vector side ranks anyway."""
 DF_CEILING = 1000
-"""A word in more texts than this says little about any of them: the vector side handles it alone."""
+"""A word in more texts than this says little about any of them on its own: it joins only the AND pass."""
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 STOPWORDS = frozenset(
@@ -81,10 +84,17 @@ class KeywordIndex:
     def plan(self, conn: sqlite3.Connection, query: str) -> Optional["KeywordPlan"]:
         """The MATCH expressions for a query: all words (AND), then the affordable words (OR).
 
-        Words so common that BM25 would have to score more than DF_BUDGET
-        documents are left out of the OR expression (not out of the AND
-        one), and words in more than DF_CEILING texts out of both; the vector
-        side covers what they would add. None when no word is worth a query.
+        The AND pass always runs for a query of several words: a text holding
+        every word is the best keyword evidence there is, however common each
+        word is ("chair kitchen" among thousands of chairs and kitchens). It is
+        cheap when streamed in rowid order with a LIMIT; only BM25 ordering
+        costs (counting every document of every word, then scoring every
+        match), so the AND matches are ordered by BM25 only while the words'
+        document frequencies sum to at most DF_CEILING, and otherwise newest
+        text first, at most AND_DEPTH of them. Words so common that BM25 would have to score more than
+        DF_BUDGET documents are left out of the OR expression, and words in more
+        than DF_CEILING texts out of it entirely: alone they say little, and the
+        vector side covers them. None when no word is worth a query.
         """
         tokens = query_tokens(query)
         if not tokens:
@@ -96,26 +106,26 @@ class KeywordIndex:
                 break
             chosen.append(token)
             budget -= df[token]
-        # BM25 sums over the words a document holds, so when every word is affordable the OR
-        # ranking already puts all-word matches first; the AND pass is needed only otherwise,
-        # and only when it can be small (its matches are at most the rarest word's).
-        every = None
-        if len(chosen) < len(tokens) and len(tokens) > 1 and min(df.values()) <= DF_CEILING:
-            every = " AND ".join(_quoted(tokens))
+        every = " AND ".join(_quoted(tokens)) if len(tokens) > 1 else None
         if not chosen and every is None:
             return None
-        return KeywordPlan(every, " OR ".join(_quoted(chosen)) if chosen else None)
+        return KeywordPlan(every, " OR ".join(_quoted(chosen)) if chosen else None,
+                           every_by_bm25=sum(df.values()) <= DF_CEILING)
 
     def run(self, conn: sqlite3.Connection, plan: "KeywordPlan", limit: int) -> list[int]:
-        """Row ids best first: documents with every word first, then any affordable word, each by BM25."""
-        sql = (f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?"
-               f" ORDER BY bm25({self.table}) LIMIT ?")
+        """Row ids best first: documents with every word first, then any affordable word."""
+        ranked = (f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?"
+                  f" ORDER BY bm25({self.table}) LIMIT ?")
+        newest = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? ORDER BY rowid DESC LIMIT ?"
         found: list[int] = []
         if plan.every:
-            found = [r[0] for r in conn.execute(sql, (plan.every, limit))]
+            if plan.every_by_bm25:
+                found = [r[0] for r in conn.execute(ranked, (plan.every, limit))]
+            else:
+                found = [r[0] for r in conn.execute(newest, (plan.every, min(limit, AND_DEPTH)))]
         if plan.any and len(found) < limit:
             seen = set(found)
-            for (rowid,) in conn.execute(sql, (plan.any, limit + len(found))):
+            for (rowid,) in conn.execute(ranked, (plan.any, limit + len(found))):
                 if rowid not in seen:
                     found.append(rowid)
                     seen.add(rowid)
@@ -129,7 +139,11 @@ class KeywordIndex:
 @dataclass(frozen=True)
 class KeywordPlan:
     every: Optional[str]
+    """Every word (AND), or None for a one-word query."""
     any: Optional[str]
+    """The affordable words (OR), or None when every word is too common."""
+    every_by_bm25: bool = True
+    """Order the AND matches by BM25 (affordable) or newest first (common words)."""
 
 
 @dataclass

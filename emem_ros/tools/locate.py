@@ -7,6 +7,14 @@ by how often it was seen in each place; the places are clustered in space
 and the heaviest cluster wins. The other clusters are reported, not averaged
 in. A concept no single spot dominates (a room seen from several spots) is
 linked again at room scale.
+
+"Where is it" means where it is now: a place's weight halves for every
+``recency_halflife`` between its last sighting and the newest sighting of the
+same text, so a mug seen 20 times yesterday at A and 10 times an hour ago at
+B is at B (A is listed as elsewhere), while a place seen a lot just before the
+newest glance still outweighs that glance. With a time window, the evidence
+is what was seen inside it (``window_places``), not whole-history places
+that merely overlap it.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from emem_ros.tools.knowledge import entities_near, gist_search
 from emem_ros.tools.perception import area_gists, nearby_hits
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
+from emem_ros.tools.window_places import places_in_window
 
 LINK = 1.0
 """Metres: evidence places closer than this belong to one spot."""
@@ -72,6 +81,7 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Loca
     if evidence is None:
         empty.evidence = text_hits(env.store, agg, ranked[:3])
         return _Located(empty, ranked, agg)
+    capped = evidence.capped
     evidence, position_note = _prefer_object_positions(env, evidence)
     labels = components(evidence.xy, LINK)
     weight = np.bincount(labels, weights=evidence.weight)
@@ -95,6 +105,9 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Loca
                    for k in order[1: 1 + OTHER_PLACES]])
     if position_note:
         result.notes.append(position_note)
+    if capped:
+        result.notes.append(f"seen very often in this window: only the newest sightings of "
+                            f"{', '.join(repr(names.get(t, '')) for t in capped)} were counted")
     return _Located(result, ranked, agg)
 
 
@@ -147,6 +160,8 @@ class _Evidence:
     last: np.ndarray
     last_obs: np.ndarray
     weight: np.ndarray
+    capped: tuple[int, ...] = ()
+    """Texts of which a time window's newest sightings only were read (see ``window_places``)."""
 
     @property
     def xy(self) -> np.ndarray:
@@ -154,31 +169,19 @@ class _Evidence:
 
     @classmethod
     def load(cls, env: ToolEnv, relevance: dict[int, float], f: Filters) -> Optional["_Evidence"]:
-        ids = list(relevance)
-        where, params = [f"text_id IN ({','.join('?' * len(ids))})"], list(ids)
-        if f.layer:
-            where.append("layer = ?")
-            params.append(f.layer)
-        if f.after is not None:
-            where.append("last_stamp >= ?")
-            params.append(f.after)
-        if f.before is not None:
-            where.append("first_stamp <= ?")
-            params.append(f.before)
-        rows = env.store.reader().execute(
-            "SELECT text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id FROM places"
-            f" WHERE {' AND '.join(where)}", params).fetchall()
-        if not rows:
+        places = env.store.place_cache.of_texts(list(relevance), f.layer, f.after, f.before)
+        window = places_in_window(env.store, places, f.after, f.before, f.layer)
+        places = window.places
+        if not len(places):
             return None
-        columns = list(zip(*rows))
-        count = np.asarray(columns[2], dtype=np.float64)
-        text_id = np.asarray(columns[0], dtype=np.int64)
-        xyz = np.column_stack([np.asarray(columns[i], dtype=np.float64) / count for i in (3, 4, 5)])
-        rel = np.array([relevance[t] for t in columns[0]], dtype=np.float64)
-        evidence = cls(text_id, np.asarray(columns[1], dtype=object), xyz, count,
-                       np.asarray(columns[6], dtype=np.float64), np.asarray(columns[7], dtype=np.float64),
-                       np.asarray(columns[8], dtype=np.int64), rel * (1.0 + np.log(count)))
-        if len(rows) > MAX_PLACES:
+        count = places.count
+        text_id = places.text_id
+        xyz = np.column_stack([places.sx / count, places.sy / count, places.sz / count])
+        rel = np.array([relevance[t] for t in text_id.tolist()], dtype=np.float64)
+        weight = rel * (1.0 + np.log(count)) * _recency(text_id, places.last, env.config.recency_halflife)
+        evidence = cls(text_id, places.layer, xyz, count, places.first, places.last, places.last_obs, weight,
+                       tuple(window.capped))
+        if len(places) > MAX_PLACES:
             evidence = evidence.subset(np.argsort(-evidence.weight)[:MAX_PLACES])
         return evidence
 
@@ -195,6 +198,15 @@ class _Evidence:
         c = np.asarray(self.centre()[:2])
         spread = float((self.weight * ((self.xy - c) ** 2).sum(axis=1)).sum() / self.weight.sum())
         return round(math.sqrt(spread) + cell / 2, 2)
+
+
+def _recency(text_id: np.ndarray, last: np.ndarray, halflife: float) -> np.ndarray:
+    """2^(-(newest sighting of the text - last sighting here) / halflife) per place: 1 where it was seen last."""
+    texts, index = np.unique(text_id, return_inverse=True)
+    index = index.reshape(-1)
+    newest = np.full(len(texts), -np.inf)
+    np.maximum.at(newest, index, last)
+    return np.power(0.5, (newest[index] - last) / halflife)
 
 
 def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: dict[int, float]) -> list[Hit]:

@@ -49,8 +49,8 @@ class ToolsMixin:
     def recall(self, query: str, **kwargs: Any) -> str:
         return str(self.tools.recall(query, **kwargs))
 
-    def body_status(self, layers: Optional[list[str]] = None) -> str:
-        return str(self.tools.body_status(layers))
+    def body_status(self, layers: Optional[list[str]] = None, **kwargs: Any) -> str:
+        return str(self.tools.body_status(layers, **kwargs))
 
     # ------------------------------------------------------------------ write action
     def store_specific_memory(self, text: str, x: Optional[float] = None, y: Optional[float] = None,

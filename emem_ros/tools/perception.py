@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+import numpy as np
+
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
-from emem_ros.tools.aggregate import Aggregator, AreaIndex, places_by_id, places_of_texts_near, texts_of, within
-from emem_ros.tools.clusters import Group, group_places
+from emem_ros.storage.place_cache import PlaceArrays
+from emem_ros.tools.aggregate import (Aggregator, AreaIndex, place_arrays_near, place_of_row, place_rows_by_id,
+                                      texts_of)
+from emem_ros.tools.clusters import KEY_GAP, SAME_OBJECT, SMALL, Group, group_places, linked_labels
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.filters import area as make_area
@@ -21,6 +25,8 @@ from emem_ros.tools.results import Hit, SearchResult, quoted
 
 _BODY = SourceType.INTEROCEPTION.value
 SCAN_CHUNK = 512
+FIRST_READS = {0: 64, 64: 192, 256: 256}
+"""Rows read so far -> rows to read next, before full SCAN_CHUNK pages (64 + 192 + 256 = SCAN_CHUNK)."""
 SCAN_LIMIT = 8192
 """Rows a temporal scan reads before it completes the answer from the catalog instead."""
 NEAREST_FIRST = 64
@@ -86,16 +92,22 @@ def spatial_query(env: ToolEnv, x: Any, y: Any, z: Any = 0.0, radius: Any = 2.0,
 def nearby_hits(env: ToolEnv, f: Filters, n: int, three_d: bool = False, gists: bool = True) -> list[Hit]:
     """Things seen in the filter's circle, nearest first, one hit per text and spot."""
     assert f.center is not None and f.radius is not None
-    places = [p for p in _places_near(env, f, n, three_d) if f.overlaps(p.first_stamp, p.last_stamp)]
-    groups = group_places(places)
-    ranked = sorted(((_distance(g.centroid, f.center, three_d), -g.last, i) for i, g in enumerate(groups)))
-    ordered = [groups[i] for _, _, i in ranked]
-    names = texts_of(env.store, {g.text_id for g in ordered[: 4 * n]})
+    near = _places_near(env, f, n, three_d)
+    if f.timed:
+        near = near.take(np.nonzero((near.first <= f.hi) & (near.last >= f.lo))[0])  # f.overlaps
+    if len(near) > SMALL:
+        ranked, spots = _rank_many(near, f.center, three_d)
+    else:
+        groups = group_places([place_of_row(r) for r in near.rows()])
+        ranked = sorted(((_distance(g.centroid, f.center, three_d), -g.last, i) for i, g in enumerate(groups)))
+        spots = [_Spot.of_group(groups[i]) for _, _, i in ranked]
+    names = texts_of(env.store, {s.text_id for s in spots[: 4 * n]})
+    reps = _representatives(env, [s.newest_obs_id for s in spots[: n + 8]])
     hits: list[Hit] = []
-    for (d, _, _), g in zip(ranked, ordered):
+    for (d, _, _), spot in zip(ranked, spots):
         if len(hits) >= n:
             break
-        made = _group_hit(env, g, f, names.get(g.text_id, ""), d)
+        made = _group_hit(env, spot, f, names.get(spot.text_id, ""), d, reps)
         if made is not None:
             hits.append(made)
     if gists and len(hits) < n:
@@ -103,8 +115,90 @@ def nearby_hits(env: ToolEnv, f: Filters, n: int, three_d: bool = False, gists: 
     return hits
 
 
-def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> list:
-    """The places of the n nearest things that pass the filters.
+class _Spot:
+    """One thing around one spot (a group of places): what a hit needs, without its Place objects."""
+
+    __slots__ = ("text_id", "layer", "count", "centroid", "first", "last", "newest_obs_id", "bounds")
+
+    def __init__(self, text_id: int, layer: str, count: int, centroid: Position, first: float, last: float,
+                 newest_obs_id: int, bounds: tuple[float, float, float, float]) -> None:
+        self.text_id, self.layer, self.count, self.centroid = text_id, layer, count, centroid
+        self.first, self.last, self.newest_obs_id, self.bounds = first, last, newest_obs_id, bounds
+
+    @classmethod
+    def of_group(cls, g: Group) -> "_Spot":
+        xs = [p.centroid[0] for p in g.places]
+        ys = [p.centroid[1] for p in g.places]
+        return cls(g.text_id, g.layer, g.count, g.centroid, g.first, g.last, g.newest.last_obs_id,
+                   (min(xs), max(xs), min(ys), max(ys)))
+
+
+def _rank_many(places: PlaceArrays, center: Position, three_d: bool) -> tuple[list[tuple], list[_Spot]]:
+    """``group_places`` + the (distance, -last, index) ranking of ``nearby_hits``, on arrays.
+
+    Hundreds of places around a busy spot: the group statistics come from
+    numpy, summed in the same order as ``Group``'s, so every number (and
+    hence the ranking) is the one the Place-by-Place path gives.
+    """
+    n_rows = len(places)
+    text_ids, layers = places.text_id.tolist(), places.layer.tolist()
+    rank: dict[tuple[int, str], int] = {}
+    key_of = np.array([rank.setdefault(key, len(rank)) for key in zip(text_ids, layers)], dtype=np.int64)
+    count, first, last = places.count, places.first, places.last
+    centroid = np.column_stack([places.sx / count, places.sy / count, places.sz / count])  # Place.centroid
+    labels = linked_labels(np.column_stack([centroid[:, :2], key_of * KEY_GAP]), SAME_OBJECT)
+    groups = int(labels.max()) + 1
+    row_index = np.arange(n_rows)
+    first_row = np.full(groups, n_rows, dtype=np.int64)
+    np.minimum.at(first_row, labels, row_index)
+    position = np.empty(groups, dtype=np.int64)  # index in group_places' order: key, then first member
+    position[np.lexsort((first_row, key_of[first_row]))] = np.arange(groups)
+    totals = np.bincount(labels, weights=count, minlength=groups)
+    weighted = centroid * count[:, None]  # Group.centroid: sum of p.centroid[i] * p.count, in row order
+    mean = np.column_stack([np.bincount(labels, weights=weighted[:, i], minlength=groups) / totals
+                            for i in range(3)])
+    g_first = np.full(groups, np.inf)
+    np.minimum.at(g_first, labels, first)
+    g_last = np.full(groups, -np.inf)
+    np.maximum.at(g_last, labels, last)
+    newest = np.full(groups, n_rows, dtype=np.int64)  # Group.newest: first place with the latest stamp
+    at_last = last == g_last[labels]
+    np.minimum.at(newest, labels[at_last], row_index[at_last])
+    bounds = []
+    for axis in (0, 1):
+        low = np.full(groups, np.inf)
+        high = np.full(groups, -np.inf)
+        np.minimum.at(low, labels, centroid[:, axis])
+        np.maximum.at(high, labels, centroid[:, axis])
+        bounds.append((low.tolist(), high.tolist()))
+    means, lasts, positions = mean.tolist(), g_last.tolist(), position.tolist()
+    ranked = sorted((_distance(tuple(means[g]), center, three_d), -lasts[g], positions[g]) for g in range(groups))
+    label_at = [0] * groups
+    for g, pos in enumerate(positions):
+        label_at[pos] = g
+    firsts, first_rows, newest_rows = g_first.tolist(), first_row.tolist(), newest.tolist()
+    totals_list, last_obs = totals.tolist(), places.last_obs.tolist()
+    spots = []
+    for _, _, pos in ranked:
+        g = label_at[pos]
+        row = first_rows[g]
+        spots.append(_Spot(text_ids[row], layers[row], int(totals_list[g]), tuple(means[g]), firsts[g], lasts[g],
+                           last_obs[newest_rows[g]],
+                           (bounds[0][0][g], bounds[0][1][g], bounds[1][0][g], bounds[1][1][g])))
+    return ranked, spots
+
+
+def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, tuple]:
+    """(episode_id, tier) of the observations a batch of hits will show, in one query."""
+    if not obs_ids:
+        return {}
+    marks = ",".join("?" * len(obs_ids))
+    return {row[0]: row[1:] for row in env.store.reader().execute(
+        f"SELECT id, episode_id, tier FROM observations WHERE id IN ({marks})", obs_ids)}
+
+
+def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> PlaceArrays:
+    """The places (as columns) of the n nearest things that pass the filters.
 
     A dense area can hold thousands of places. When the filters name few
     texts (a small layer, a short window), those texts' places are sought
@@ -115,43 +209,47 @@ def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> list:
     layers = [f.layer] if f.layer else env.catalog.layers
     few = _few_texts(env, f)
     if few is not None:
-        return places_of_texts_near(env.store, few, f.center, f.radius, layers, three_d)
+        return place_arrays_near(env.store, few, f.center, f.radius, layers, three_d)
     k = max(8 * n, NEAREST_FIRST)
+    cell = env.store.cell_size
+    center = np.asarray(f.center[:3] if three_d else f.center[:2], dtype=np.float64)
     while True:
         ids = env.store.place_ids_nearest(f.center, k, three_d)
-        fetched = places_by_id(env.store, ids.tolist())
-        inside = within(fetched, f.center, f.radius, three_d)
-        passing = [p for p in inside
-                   if (not f.layer or p.layer == f.layer) and f.overlaps(p.first_stamp, p.last_stamp)]
-        passing.sort(key=lambda p: _distance(p.centroid, f.center, three_d))  # the R-tree does not sort
-        found = list(dict.fromkeys(p.text_id for p in passing))
-        if len(ids) < k or len(inside) < len(fetched) and len(found) < n:
-            return places_of_texts_near(env.store, found, f.center, f.radius, layers, three_d)
+        fetched = place_rows_by_id(env.store, ids.tolist())
+        # Place-by-Place, this was: within the circle, then layer and time, then sorted by distance
+        # (stably: the R-tree does not sort). Same arithmetic on columns.
+        count = fetched.count
+        xyz = np.column_stack([fetched.sx / count, fetched.sy / count, fetched.sz / count])[:, :len(center)]
+        offset = xyz - center
+        d2 = (offset * offset).sum(axis=1) if len(fetched) else np.empty(0)
+        inside = d2 <= f.radius * f.radius
+        passing = inside & (fetched.first <= f.hi) & (fetched.last >= f.lo)
+        if f.layer:
+            passing &= fetched.layer == f.layer
+        chosen = np.nonzero(passing)[0]
+        distance = np.sqrt(d2[chosen])
+        by_distance = chosen[np.argsort(distance, kind="stable")]
+        texts_in_order = fetched.text_id[by_distance].tolist()
+        found = list(dict.fromkeys(texts_in_order))
+        if len(ids) < k or int(inside.sum()) < len(fetched) and len(found) < n:
+            return place_arrays_near(env.store, found, f.center, f.radius, layers, three_d)
         if len(found) >= n:
             # The R-tree returns whole cells nearest first (ties included), so every place not read
             # lies farther than the farthest cell read; up to one cell of slack is accepted.
-            nth = _distance(next(p for p in passing if p.text_id == found[n - 1]).centroid, f.center, three_d)
-            reach = max(_cell_distance(p.centroid, f.center, env.store.cell_size, three_d) for p in fetched)
-            if nth <= reach + env.store.cell_size:
-                return places_of_texts_near(env.store, found[:n], f.center, f.radius, layers, three_d)
+            nth = float(np.sqrt(d2[by_distance[texts_in_order.index(found[n - 1])]]))
+            low = np.floor(xyz / cell) * cell
+            gap = np.maximum(np.maximum(low - center, 0.0), center - (low + cell))
+            reach = float(np.sqrt((gap * gap).sum(axis=1)).max())
+            if nth <= reach + cell:
+                return place_arrays_near(env.store, found[:n], f.center, f.radius, layers, three_d)
         if k >= MAX_NEAREST:
             texts = env.catalog.texts(f.layer)
-            return places_of_texts_near(env.store, texts, f.center, f.radius, layers, three_d)
+            return place_arrays_near(env.store, texts, f.center, f.radius, layers, three_d)
         k *= 4
 
 
 def _distance(a: Position, b: Position, three_d: bool) -> float:
     return math.sqrt((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2 + ((a[2] - b[2]) ** 2 if three_d else 0.0))
-
-
-def _cell_distance(point: Position, center: Position, cell: float, three_d: bool) -> float:
-    """Distance from ``center`` to the grid cell holding ``point``."""
-    total = 0.0
-    for axis in range(3 if three_d else 2):
-        low = math.floor(point[axis] / cell) * cell
-        gap = max(low - center[axis], 0.0, center[axis] - (low + cell))
-        total += gap * gap
-    return math.sqrt(total)
 
 
 def _few_texts(env: ToolEnv, f: Filters) -> Optional[list[int]]:
@@ -166,21 +264,21 @@ def _few_texts(env: ToolEnv, f: Filters) -> Optional[list[int]]:
     return min(options, key=len) if options else None
 
 
-def _group_hit(env: ToolEnv, g: Group, f: Filters, text: str, distance: float) -> Optional[Hit]:
+def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
+               reps: Optional[dict[int, tuple]] = None) -> Optional[Hit]:
     """One thing seen around one spot; a time window that cuts its places is counted in SQL."""
     count, exact, first, last = g.count, True, g.first, g.last
-    obs_id = g.newest.last_obs_id
+    obs_id = g.newest_obs_id
     if f.timed and not f.covers(first, last):
-        xs = [p.centroid[0] for p in g.places]
-        ys = [p.centroid[1] for p in g.places]
+        min_x, max_x, min_y, max_y = g.bounds
         half = env.store.cell_size
         lo, hi = max(f.lo, first), min(f.hi, last)
         row = env.store.reader().execute(
             "SELECT COUNT(*), MIN(stamp), MAX(stamp) FROM (SELECT stamp FROM observations WHERE text_id = ?"
             " AND stamp BETWEEN ? AND ? AND layer = ? AND source_type != ? AND x BETWEEN ? AND ?"
             " AND y BETWEEN ? AND ? ORDER BY stamp DESC LIMIT 1001)",
-            (g.text_id, lo, hi, g.layer, _BODY, min(xs) - half, max(xs) + half, min(ys) - half,
-             max(ys) + half)).fetchone()
+            (g.text_id, lo, hi, g.layer, _BODY, min_x - half, max_x + half, min_y - half,
+             max_y + half)).fetchone()
         if not row[0]:
             return None
         count, exact, first, last = min(row[0], 1000), row[0] <= 1000, row[1] if row[0] <= 1000 else None, row[2]
@@ -188,8 +286,10 @@ def _group_hit(env: ToolEnv, g: Group, f: Filters, text: str, distance: float) -
             "SELECT id FROM observations WHERE text_id = ? AND stamp = ? AND layer = ? LIMIT 1",
             (g.text_id, last, g.layer)).fetchone()
         obs_id = newest[0] if newest else obs_id
-    rep = env.store.reader().execute(
-        "SELECT episode_id, tier FROM observations WHERE id = ?", (obs_id,)).fetchone()
+    rep = reps.get(obs_id) if reps is not None else None
+    if rep is None:
+        rep = env.store.reader().execute(
+            "SELECT episode_id, tier FROM observations WHERE id = ?", (obs_id,)).fetchone()
     if rep is None or rep[1] == "archived":
         return None
     return Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=text, layer=g.layer,
@@ -278,6 +378,9 @@ def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tu
     cursor: Optional[tuple[float, int]] = None
     scanned = 0
     while len(groups) < n and scanned < SCAN_LIMIT:
+        # A short first read: n distinct texts usually turn up in the first few dozen rows. The sizes
+        # add up to SCAN_CHUNK, so the pages line up with SCAN_CHUNK-sized ones from there on.
+        chunk = FIRST_READS.get(scanned, SCAN_CHUNK)
         page = ""
         page_params: list[Any] = []
         if cursor is not None:
@@ -287,14 +390,14 @@ def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tu
             "SELECT o.id, o.text_id, o.stamp, o.layer, o.x, o.y, o.z, o.episode_id FROM observations o"
             f" WHERE o.stamp BETWEEN ? AND ? AND {where} AND o.source_type != ? AND o.text_id IS NOT NULL"
             f" AND o.tier != 'archived'{page} ORDER BY o.stamp {direction}, o.id {direction} LIMIT ?",
-            (lo, hi, *params, _BODY, *page_params, SCAN_CHUNK)).fetchall()
+            (lo, hi, *params, _BODY, *page_params, chunk)).fetchall()
         for obs_id, text_id, stamp, layer, x, y, z, episode in rows:
             if text_id not in groups:
                 groups[text_id] = (obs_id, stamp, layer, (x, y, z) if x is not None else None, episode, stamp)
                 if len(groups) >= n:
                     break
         scanned += len(rows)
-        if len(rows) < SCAN_CHUNK:
+        if len(rows) < chunk:
             return groups
         cursor = (rows[-1][2], rows[-1][0])
     if len(groups) < n and scanned >= SCAN_LIMIT:

@@ -10,6 +10,7 @@ far down the global ranking is still found.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -30,6 +31,8 @@ SHORT_WINDOW_ROWS = 2048
 """A time window with at most this many observations is listed directly."""
 FILTERED_SEARCH_SHARE = 0.25
 """Below this share of all texts, hnswlib is asked with a filter instead of over-fetching."""
+PARSED_GISTS = 8192
+"""Parsed gists kept by the ranker (a few MB)."""
 MAX_KEYWORD = 4096
 KEYWORD_DEPTH = 512
 """Keyword rows read once when the candidates are already listed exactly."""
@@ -226,6 +229,39 @@ class GistRanker:
         self._store = store
         self._catalog = catalog
         self.keywords = KeywordIndex("gists_fts")
+        self._by_layer: dict[str, tuple[int, frozenset[int]]] = {}
+        self._by_layer_lock = threading.Lock()
+        self._parsed: dict[int, Gist] = {}
+        """Gists already read (rows are never updated, only inserted): JSON parsing is most of a read."""
+        self._columns = _GistColumns()
+
+    def layer_gists(self, conn, layer: str) -> frozenset[int]:
+        """Ids of the gists that cover a layer, kept per layer and caught up with new gists.
+
+        Gists are only ever inserted (ids grow), so the set for ids up to the
+        highest one seen stays right; testing every gist's JSON layer list
+        on each filtered query costs milliseconds at thousands of gists.
+        """
+        top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM gists").fetchone()[0]
+        with self._by_layer_lock:
+            seen, ids = self._by_layer.get(layer, (0, frozenset()))
+        if top > seen:
+            new = {r[0] for r in conn.execute(
+                "SELECT g.id FROM gists g WHERE g.id > ? AND g.id <= ? AND"
+                " EXISTS (SELECT 1 FROM json_each(g.layers) WHERE json_each.value = ?)", (seen, top, layer))}
+            ids = ids | new if new else ids
+            with self._by_layer_lock:
+                if self._by_layer.get(layer, (0,))[0] < top:
+                    self._by_layer[layer] = (top, ids)
+        return ids
+
+    def _allowed(self, conn, f: Filters) -> set[int]:
+        """Ids of the gists that pass the filters: ``predicates`` evaluated on in-memory columns."""
+        ids = self._columns.sync(conn).matching(f)
+        if not f.layer:
+            return set(ids.tolist())
+        layered = self.layer_gists(conn, f.layer)
+        return {g for g in ids.tolist() if g in layered}
 
     @staticmethod
     def predicates(f: Filters) -> tuple[str, list]:
@@ -257,8 +293,7 @@ class GistRanker:
             return [], []
         allowed: Optional[set[int]] = None
         if not f.empty:
-            where, params = self.predicates(f)
-            allowed = {r[0] for r in conn.execute(f"SELECT g.id FROM gists g WHERE {where}", params)}
+            allowed = self._allowed(conn, f)
             if not allowed:
                 return [], []
         vector_hits: list[tuple[int, float]] = []
@@ -273,17 +308,100 @@ class GistRanker:
         vector_hits = [(g, s) for g, s in vector_hits if s >= floor]
         keyword_ids = [g for g in self.keywords.search(conn, query, KEYWORD_DEPTH if allowed else max(4 * want, 32))
                        if allowed is None or g in allowed]
-        gists = {int(g.id.split("-")[1]): g for g in self._store.get_gists(
-            {g for g, _ in vector_hits} | set(keyword_ids))}
-        gists = {k: g for k, g in gists.items() if not self.is_body_only(g)}
-        vector_list = [Candidate("gist", g, similarity=s, gist=gists[g]) for g, s in vector_hits if g in gists]
-        keyword_list = [Candidate("gist", g, gist=gists[g]) for g in keyword_ids if g in gists]
+        gists: dict[int, Optional[Gist]] = {}  # read only as far as the answer needs: a deep keyword list is mostly unused
+        self._read_gists(gists, [g for g, _ in vector_hits])
+        keyword_list: list[Candidate] = []
+        step = max(want, 16)
+        for start in range(0, len(keyword_ids), step):
+            part = keyword_ids[start : start + step]
+            self._read_gists(gists, part)
+            keyword_list += [Candidate("gist", g, gist=gists[g]) for g in part if gists.get(g) is not None]
+            if len(keyword_list) >= want:
+                break
+        vector_list = [Candidate("gist", g, similarity=s, gist=gists[g]) for g, s in vector_hits
+                       if gists.get(g) is not None]
         return vector_list[:want], keyword_list[:want]
+
+    def _read_gists(self, into: dict[int, Optional[Gist]], ids: Sequence[int]) -> None:
+        """Fetch the gists not read yet into ``into``; body-only (and missing) ones map to None."""
+        wanted = [g for g in dict.fromkeys(ids) if g not in into]
+        if not wanted:
+            return
+        found: dict[int, Gist] = {}
+        for g in wanted:
+            cached = self._parsed.get(g)  # .get: another query thread may clear the cache meanwhile
+            if cached is not None:
+                found[g] = cached
+        missing = [g for g in wanted if g not in found]
+        if missing:
+            fresh = {gist_number(g): g for g in self._store.get_gists(missing)}
+            if len(self._parsed) + len(fresh) > PARSED_GISTS:
+                self._parsed.clear()
+            self._parsed.update(fresh)
+            found.update(fresh)
+        for g in wanted:
+            gist = found.get(g)
+            into[g] = gist if gist is not None and not self.is_body_only(gist) else None
 
     def is_body_only(self, gist: Gist) -> bool:
         """A summary of body readings only belongs to body_status, not to perception answers."""
         body = set(self._catalog.body_layers)
         return bool(gist.layers) and set(gist.layers) <= body
+
+
+class _GistColumns:
+    """id, time range, episode and circle of every gist, as numpy columns, for filter tests.
+
+    Gists are only inserted (ids grow), so the columns catch up by id.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._top = 0
+        empty = np.empty(0)
+        self.ids, self.t0, self.t1, self.episode = np.empty(0, np.int64), empty, empty, empty
+        self.cx, self.cy, self.radius = empty, empty, empty
+
+    def sync(self, conn) -> "_GistColumns":
+        top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM gists").fetchone()[0]
+        if top <= self._top:  # lower: this thread's snapshot predates another's catch-up
+            return self
+        with self._lock:
+            if top > self._top:
+                rows = conn.execute(
+                    "SELECT id, time_start, time_end, COALESCE(episode_id, -1), cx, cy, radius FROM gists"
+                    " WHERE id > ? AND id <= ? ORDER BY id", (self._top, top)).fetchall()
+                if rows:
+                    cols = list(zip(*rows))
+                    nan = float("nan")
+                    self.ids = np.concatenate([self.ids, np.asarray(cols[0], np.int64)])
+                    self.t0 = np.concatenate([self.t0, np.asarray(cols[1], np.float64)])
+                    self.t1 = np.concatenate([self.t1, np.asarray(cols[2], np.float64)])
+                    self.episode = np.concatenate([self.episode, np.asarray(cols[3], np.float64)])
+                    self.cx = np.concatenate([self.cx, np.asarray([nan if v is None else v for v in cols[4]])])
+                    self.cy = np.concatenate([self.cy, np.asarray([nan if v is None else v for v in cols[5]])])
+                    self.radius = np.concatenate([self.radius, np.asarray(cols[6], np.float64)])
+                self._top = top
+        return self
+
+    def matching(self, f: Filters) -> np.ndarray:
+        """Ids passing ``GistRanker.predicates(f)`` except the layer test (same arithmetic)."""
+        with self._lock:
+            ids, t0, t1, episode = self.ids, self.t0, self.t1, self.episode
+            cx, cy, radius = self.cx, self.cy, self.radius
+        keep = np.ones(len(ids), dtype=bool)
+        if f.after is not None:
+            keep &= t1 >= f.after
+        if f.before is not None:
+            keep &= t0 <= f.before
+        if f.episode is not None:
+            keep &= episode == f.episode
+        if f.center is not None:
+            x, y, _ = f.center
+            reach = f.radius + radius
+            with np.errstate(invalid="ignore"):
+                keep &= ~np.isnan(cx) & ((cx - x) * (cx - x) + (cy - y) * (cy - y) <= reach * reach)
+        return ids[keep]
 
 
 def _gist_vectors(conn, ids: list[int], dim: int) -> np.ndarray:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Optional
 
+from emem_ros.consolidation.readings import fmt_level
 from emem_ros.core.types import Position
 
 
@@ -274,17 +275,63 @@ class BodyReading:
         return f"[{self.layer}] {self.text}{trend}, {fmt_time(self.stamp, now)} — {self.obs_id}"
 
 
+@dataclass(frozen=True)
+class BodyCrossing:
+    """One time a body layer's readings crossed a level (body_status with below/above)."""
+
+    layer: str
+    direction: str
+    """'below' (fell below) or 'above' (rose above)."""
+    threshold: float
+    """In the units body_status shows (30 for 30 %)."""
+    unit: str
+    after: BodyReading
+    """The first reading past the threshold."""
+    after_level: float
+    before: Optional[BodyReading] = None
+    """The last reading on the other side; None when the layer's first reading was already past."""
+    before_level: Optional[float] = None
+
+    def _level(self, level: float) -> str:
+        return fmt_level(level, self.unit)
+
+    def line(self, now: float) -> str:
+        limit = self._level(self.threshold)
+        if self.before is None or self.before_level is None:
+            return (f"[{self.layer}] already {self.direction} {limit} at its first reading: "
+                    f"{self._level(self.after_level)} at {fmt_time(self.after.stamp, now)} — {self.after.obs_id}")
+        verb = "fell below" if self.direction == "below" else "rose above"
+        return (f"[{self.layer}] {verb} {limit}: {self._level(self.after_level)} at "
+                f"{fmt_time(self.after.stamp, now)}, after {self._level(self.before_level)} at "
+                f"{fmt_time(self.before.stamp, now)} — {self.after.obs_id}")
+
+
 @dataclass
 class BodyStatusResult:
     readings: list[BodyReading]
     now: float
     notes: list[str] = field(default_factory=list)
+    at_time: Optional[float] = None
+    """Set when the readings are as of a past time rather than the latest."""
+    crossings: list[BodyCrossing] = field(default_factory=list)
+    """Newest first; filled by a below/above search (``readings`` is then empty)."""
+    search: Optional[str] = None
+    """What a below/above search looked for, in words ('below 30 after 10:00:00 (2h ago)')."""
 
     def __str__(self) -> str:
-        if not self.readings:
-            lines = ["No body readings are stored."]
+        if self.search is not None:
+            if self.crossings:
+                noun = "crossing" if len(self.crossings) == 1 else "crossings"
+                lines = [f"{len(self.crossings)} body {noun} {self.search}, newest first:"]
+                lines += [f"  {i}. {c.line(self.now)}" for i, c in enumerate(self.crossings, 1)]
+            else:
+                lines = [f"No body reading crossed {self.search}."]
+        elif not self.readings:
+            lines = ["No body readings are stored." if self.at_time is None
+                     else f"No body readings at or before {fmt_time(self.at_time, self.now)}."]
         else:
-            lines = ["Body status:"] + [f"  {r.line(self.now)}" for r in self.readings]
+            head = "Body status:" if self.at_time is None else f"Body status at {fmt_time(self.at_time, self.now)}:"
+            lines = [head] + [f"  {r.line(self.now)}" for r in self.readings]
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -178,14 +178,30 @@ TOOLS: dict[str, dict[str, Any]] = {
     },
     "body_status": {
         "description": (
-            "The robot's own condition: the latest reading of each body layer (battery, temperatures, "
-            "joints, diagnostics), its age, and its trend over the last ten minutes (e.g. 'battery 54% "
-            "(-12% over 10 min)'). The only tool that reports body readings; perception tools never do."),
+            "The robot's own condition (battery, temperatures, joints, diagnostics); the only tool that "
+            "reports body readings, perception tools never do. Three questions: (1) now: call with no "
+            "argument (or only layers) for the latest reading of each body layer, its age and its trend over "
+            "the last ten minutes, e.g. 'battery 54% (-12% over 10 min)'; (2) at a past time: give at_time, "
+            "e.g. 'what was the battery at 10:05?' -> at_time='2026-11-22T10:05:00Z' or '-30m'; (3) when a "
+            "level was crossed: give below or above (a number in the units the readings show, e.g. below=30 "
+            "for 30 %), e.g. 'when did the battery fall below 30 %?' -> layers=['battery'], below=30; each "
+            "crossing lists the last reading before it and the first past it, newest first; bound the search "
+            "with time_after/time_before."),
         "parameters": _obj({
             "layers": _p("array", "Only these body layers, e.g. ['battery']. Omit for all.",
                          items={"type": "string"}),
+            "at_time": _time("Report the readings as they were at this time (the last reading at or before it, "
+                             "with the trend before it) instead of the latest. Not with below/above."),
+            "below": _p("number", "Find when the readings fell below this level, in the units they are shown in "
+                        "(30 means 30 % for the battery, 70 means 70 °C). Not with above."),
+            "above": _p("number", "Find when the readings rose above this level, in the units they are shown in. "
+                        "Not with below."),
+            "time_after": _time("Only crossings after this time (with below/above)."),
+            "time_before": _time("Only crossings before this time (with below/above)."),
+            "n_results": _p("integer", "Most crossings to list per layer, newest first (1-20).", default=5,
+                            minimum=1),
         }),
-        "time": (),
+        "time": ("at_time", "time_after", "time_before"),
     },
 }
 

@@ -9,7 +9,10 @@ misbehave on purpose (``mode``):
 - ``error``: HTTP 500 with ``{"error": ...}``, like a crashed model runner;
 - ``hang``: holds the request far longer than any client timeout, yet releases it
   at once when the server stops, so a test never leaves a stuck thread behind;
-- ``garbage``: HTTP 200 whose body is not JSON.
+- ``garbage``: HTTP 200 whose body is not JSON;
+- ``trickle``: HTTP 200, then one byte every ``trickle_interval`` seconds and never
+  the end of the body: a client's per-read timeout never fires. It stops when the
+  client closes the connection or the server stops.
 
 Use it as a context manager::
 
@@ -32,7 +35,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
 
-MODES = ("normal", "error", "hang", "garbage")
+MODES = ("normal", "error", "hang", "garbage", "trickle")
 Responder = Callable[[str], Optional[str]]
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z-]{2,}")
@@ -95,6 +98,7 @@ class FakeOllama:
         models: tuple[str, ...] = ("fake-embed", "fake-chat"),
         strict_models: bool = False,
         hang_seconds: float = 60.0,
+        trickle_interval: float = 0.1,
         version: str = "0.12.0",
         embed_responder: Optional[Callable[[list[str]], Any]] = None,
     ) -> None:
@@ -106,6 +110,7 @@ class FakeOllama:
         self.models = tuple(models)
         self.strict_models = strict_models  # unknown model -> 404, as a real server does
         self.hang_seconds = hang_seconds
+        self.trickle_interval = trickle_interval
         self.version = version
         self.embed_responder = embed_responder  # if set, its return value is sent as "embeddings"
         self.requests: list[RecordedRequest] = []
@@ -246,6 +251,9 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "garbage":
             self._send_raw(200, b"<html>this is {not json", "application/json")
             return
+        if mode == "trickle":
+            self._trickle()
+            return
         routes = {
             ("GET", "/api/version"): self._version,
             ("GET", "/api/tags"): self._tags,
@@ -276,6 +284,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client timed out and left
+
+    def _trickle(self) -> None:
+        """A 200 whose body never ends: a space every ``trickle_interval`` (whitespace before JSON)."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.flush()
+            while not self.fake.wait_released(self.fake.trickle_interval):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+        except OSError:
+            pass  # the client gave up and closed the connection: what a good client does
 
     def _send_json(self, status: int, payload: Any) -> None:
         self._send_raw(status, json.dumps(payload).encode("utf-8"), "application/json")
