@@ -36,6 +36,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_ingest.py --quick
 	$(BIN)/python bench/bench_tools.py --quick
 	$(BIN)/python bench/bench_consolidation.py --quick
+	$(BIN)/python bench/bench_ledger.py --quick
+	$(BIN)/python bench/bench_oplog.py --quick
 
 bags: $(STAMP)
 	$(BIN)/python rosbags/generate.py --out rosbags

@@ -181,8 +181,10 @@ class WriteScopes:
         rows = params if many else [params]
         out: set[tuple[str, bool]] = set()
         layer_at, source_at = columns
+        width = max(layer_at, source_at)
         for row in rows:
-            if isinstance(row, Mapping) or len(row) <= max(layer_at, source_at):
+            kind = type(row)  # exact list/tuple first: an ABC isinstance per row costs more than the rest
+            if (kind is not list and kind is not tuple and isinstance(row, Mapping)) or len(row) <= width:
                 return None
-            out.add((str(row[layer_at]), row[source_at] == _BODY))
-        return out
+            out.add((row[layer_at], row[source_at] == _BODY))
+        return {(str(layer), body) for layer, body in out}

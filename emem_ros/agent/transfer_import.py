@@ -366,11 +366,11 @@ class _Importer:
                 return
             top = store.reader().execute("SELECT COALESCE(MAX(id), 0) FROM places").fetchone()[0]
             with store.write() as conn:
-                store._upsert_places(conn, batch, alive)
+                store.upsert_places(conn, batch, alive)
                 created = conn.execute("SELECT id, cx, cy, cz FROM places WHERE id > ?", (top,)).fetchall()
             if created:
                 store.places.insert(np.array([p[0] for p in created], dtype=np.int64),
-                                    np.array([store._cell_box(*p[1:]) for p in created], dtype=np.float64))
+                                    np.array([store.cell_box(*p[1:]) for p in created], dtype=np.float64))
 
     # ------------------------------------------------------------------ entities, edges, experiences
     def _entities(self, records: list[dict[str, Any]]) -> None:

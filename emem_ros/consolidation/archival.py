@@ -126,10 +126,7 @@ class Archiver:
             # Committed; the derived indexes and the text cache follow under the same lock.
             if dead:
                 store.vectors["texts"].remove([d[0] for d in dead])
-                cache = getattr(store, "_text_cache", None)
-                if cache is not None:
-                    for _, text in dead:
-                        cache.discard(text)
+                store.forget_texts([text for _, text in dead])
             if place_ids:
                 store.places.delete(place_ids)
                 store.place_cache.changes.reset()

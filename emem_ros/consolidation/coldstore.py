@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from emem_ros.indexes.snapshots import fsync_dir as _fsync_dir
+
 log = logging.getLogger(__name__)
 
 SEGMENT = re.compile(r"^seg-(\d{6})\.jsonl\.gz$")
@@ -122,16 +124,3 @@ def _read_members(path: Path) -> Iterator[dict[str, Any]]:
                     log.warning("cold store %s: unreadable line skipped", path.name)
         consumed = len(data) - offset - len(inflater.unused_data)
         offset += consumed
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(str(folder), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

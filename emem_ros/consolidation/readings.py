@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Iterable, Optional
 
+# The parsers below are pure functions of one string and robots repeat their texts ("battery 54%"):
+# body_status and the consolidation digests ask about the same few strings again and again, so they
+# are memoised (bounded).
 _NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*(%|°\s?[CF]|[a-zA-Z]{1,3}\b)?")
 """A number not glued to a word ('motor2_temp: 45' reads 45), with an optional unit."""
 _KEY = re.compile(r"([A-Za-z0-9_]+)\W*$")
@@ -24,6 +28,7 @@ SCALES = (1.0, 100.0, 10.0, 1000.0, 0.01, 0.1, 0.001)
 """Candidate raw-to-shown factors, most likely first."""
 
 
+@lru_cache(maxsize=8192)
 def reading_level(text: Optional[str]) -> Optional[tuple[float, str]]:
     """The first number of a reading's text and its unit: 'battery 54% (11.9 V)' -> (54.0, '%')."""
     if not text:
@@ -34,6 +39,7 @@ def reading_level(text: Optional[str]) -> Optional[tuple[float, str]]:
     return float(match.group(1)), (match.group(2) or "").replace(" ", "")
 
 
+@lru_cache(maxsize=8192)
 def reading_key(text: Optional[str]) -> Optional[str]:
     """What the first number measures: the word right before it ('temperature=68.0' -> 'temperature').
 
@@ -55,6 +61,7 @@ def same_quantity(texts: Iterable[Optional[str]]) -> bool:
     return len({k for k in (reading_key(t) for t in texts) if k is not None}) <= 1
 
 
+@lru_cache(maxsize=8192)
 def _decimals(text: Optional[str]) -> int:
     match = _NUMBER.search(text or "")
     if match is None or "." not in match.group(1):

@@ -183,14 +183,17 @@ def finite_position(x: Any, y: Any, z: Any = 0.0) -> Optional[Position]:
         return None
     if x is None or y is None:
         raise InvalidInputError("give both x and y, or neither (position unknown)")
-    pos = (real_number(x), real_number(y), 0.0 if z is None else real_number(z))
-    if any(c is None for c in pos):
+    fx, fy, fz = real_number(x), real_number(y), 0.0 if z is None else real_number(z)
+    if fx is None or fy is None or fz is None:
         raise InvalidInputError(f"coordinates must be numbers, got x={x!r} y={y!r} z={z!r}")
-    if not all(math.isfinite(c) for c in pos):  # type: ignore[arg-type]
-        raise InvalidInputError(f"coordinates must be finite numbers, got x={x!r} y={y!r} z={z!r}")
-    if any(abs(c) > MAX_COORDINATE for c in pos):  # type: ignore[arg-type]
+    # Plain comparisons, not generators: this runs once per observation on the ingest path.
+    # A NaN fails every comparison, so it is caught with infinities here.
+    if not (-MAX_COORDINATE <= fx <= MAX_COORDINATE and -MAX_COORDINATE <= fy <= MAX_COORDINATE
+            and -MAX_COORDINATE <= fz <= MAX_COORDINATE):
+        if not (math.isfinite(fx) and math.isfinite(fy) and math.isfinite(fz)):
+            raise InvalidInputError(f"coordinates must be finite numbers, got x={x!r} y={y!r} z={z!r}")
         raise InvalidInputError(
             f"coordinates must lie within {MAX_COORDINATE:g} m of the map origin, got x={x!r} y={y!r} z={z!r};"
             " a pose that far away is a broken pose"
         )
-    return pos  # type: ignore[return-value]
+    return (fx, fy, fz)

@@ -47,7 +47,7 @@ def write_snapshot(folder: Path, stem: str, hwm: int, ext: str, writer: Callable
                 temp.unlink()
             except OSError:
                 pass
-    _fsync_dir(folder)
+    fsync_dir(folder)
     for mark, old in list_snapshots(folder, stem, ext):
         if old != final:
             old.unlink(missing_ok=True)
@@ -59,9 +59,10 @@ def newest_snapshot(folder: Path, stem: str, ext: str) -> Optional[tuple[int, Pa
     return snaps[0] if snaps else None
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new file in ``folder`` durable (best effort: not every file system allows it)."""
     try:
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(str(folder), os.O_RDONLY)
     except OSError:
         return
     try:

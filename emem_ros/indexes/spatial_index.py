@@ -3,6 +3,15 @@
 A place is one text seen in one grid cell; its box is the cell. A robot that
 sees the same chair ten thousand times from one spot adds one entry, not ten
 thousand, so the tree stays small and a radius query returns few candidates.
+
+The entries live in sorted numpy columns (ids, boxes): they are what is saved,
+loaded and reconciled against SQLite, with no Python object per entry. The
+R-tree itself is built from them when a query needs it: new entries wait in
+a pending list and go in on the next query, by bulk load when they are many
+(libspatialindex bulk-loads several times faster than it inserts one by one),
+so the ingest path never pays for tree insertions. After an open, ``warm``
+builds the tree on a background thread, so neither the open nor the first
+spatial query waits for it.
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ import io
 import logging
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 from rtree import index as rtree_index
@@ -22,6 +31,9 @@ log = logging.getLogger(__name__)
 
 Box = tuple[float, float, float, float, float, float]
 
+BULK_MIN = 4096
+"""Pending entries from which the tree is rebuilt by bulk load rather than inserted into."""
+
 
 def _properties() -> rtree_index.Property:
     props = rtree_index.Property()
@@ -29,58 +41,194 @@ def _properties() -> rtree_index.Property:
     return props
 
 
+def _bulk_tree(ids: np.ndarray, boxes: np.ndarray) -> rtree_index.Index:
+    if not len(ids):
+        return rtree_index.Index(properties=_properties(), interleaved=True)
+    return rtree_index.Index(
+        (np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(boxes[:, :3], dtype=np.float64),
+         np.ascontiguousarray(boxes[:, 3:], dtype=np.float64)),
+        properties=_properties(), interleaved=True,
+    )
+
+
 class SpatialIndex:
     def __init__(self, name: str) -> None:
         self.name = name
         self._lock = threading.RLock()
-        self._tree = rtree_index.Index(properties=_properties(), interleaved=True)
-        self._boxes: dict[int, Box] = {}
+        self._built = threading.Condition(self._lock)
+        self._id_buf = np.empty(0, np.int64)  # ids ascending, no duplicates, in [:_n]
+        self._box_buf = np.empty((0, 6), np.float64)
+        self._n = 0
+        self._tree: Optional[rtree_index.Index] = _bulk_tree(self._ids, self._boxes)
+        self._tree_size = 0
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        """Entries held in the columns but not yet in the tree (while a tree exists or is being built)."""
+        self._building = False
+        self._build_spoiled = False
         self.high_water = 0
         self.dirty = False
 
     def __len__(self) -> int:
-        return len(self._boxes)
+        return self._n
 
+    @property
+    def _ids(self) -> np.ndarray:
+        return self._id_buf[:self._n]
+
+    @property
+    def _boxes(self) -> np.ndarray:
+        return self._box_buf[:self._n]
+
+    def _append(self, ids: np.ndarray, boxes: np.ndarray) -> None:
+        """Add entries above every id held; earlier views of the columns stay as they were."""
+        n, k = self._n, len(ids)
+        if n + k > len(self._id_buf):
+            capacity = max(1024, 2 * (n + k))
+            id_buf, box_buf = np.empty(capacity, np.int64), np.empty((capacity, 6), np.float64)
+            id_buf[:n], box_buf[:n] = self._id_buf[:n], self._box_buf[:n]
+            self._id_buf, self._box_buf = id_buf, box_buf
+        self._id_buf[n:n + k] = ids
+        self._box_buf[n:n + k] = boxes
+        self._n = n + k
+
+    def _replace(self, ids: np.ndarray, boxes: np.ndarray) -> None:
+        """New columns (sorted ids); views handed out before keep the old ones."""
+        self._id_buf = np.array(ids, dtype=np.int64)
+        self._box_buf = np.array(boxes, dtype=np.float64).reshape(-1, 6)
+        self._n = len(self._id_buf)
+
+    # -- changes ----------------------------------------------------------
     def insert(self, ids: np.ndarray, boxes: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 6)
+        if not len(ids):
+            return
         with self._lock:
-            for place_id, box in zip(ids.tolist(), boxes.tolist()):
-                if place_id in self._boxes:
-                    continue
-                self._tree.insert(place_id, box)
-                self._boxes[place_id] = tuple(box)
-                self.high_water = max(self.high_water, place_id)
+            held = self._ids
+            if len(held) and int(ids.min()) <= int(held[-1]):  # not the usual append of new ids: drop known ones
+                at = np.minimum(np.searchsorted(held, ids), len(held) - 1)
+                fresh = held[at] != ids
+                ids, boxes = ids[fresh], boxes[fresh]
+            if len(ids):
+                ids, first = np.unique(ids, return_index=True)
+                boxes = boxes[first]
+                if len(held) and int(ids[0]) <= int(held[-1]):  # ids below the top (a reconcile): merge
+                    merged = np.concatenate([held, ids])
+                    order = np.argsort(merged, kind="stable")
+                    self._replace(merged[order], np.concatenate([self._boxes, boxes])[order])
+                else:
+                    self._append(ids, boxes)
+                if self._tree is not None or self._building:
+                    self._pending.append((ids, boxes))
+                self.high_water = max(self.high_water, int(ids[-1]))
             self.dirty = True
 
     def delete(self, ids: list[int]) -> None:
+        gone = np.unique(np.asarray(list(ids), dtype=np.int64))
         with self._lock:
-            for place_id in ids:
-                box = self._boxes.pop(int(place_id), None)
-                if box is not None:
-                    self._tree.delete(int(place_id), box)
-                    self.dirty = True
+            if not len(gone) or not len(self._ids):
+                return
+            keep = ~np.isin(self._ids, gone)
+            if keep.all():
+                return
+            if self._building:
+                self._build_spoiled = True
+            if self._tree is not None:
+                self._apply_pending()
+                for place_id, box in zip(self._ids[~keep].tolist(), self._boxes[~keep].tolist()):
+                    self._tree.delete(place_id, box)
+                    self._tree_size -= 1
+            self._replace(self._ids[keep], self._boxes[keep])
+            self.dirty = True
 
+    # -- the tree ---------------------------------------------------------
+    def _ready_tree(self) -> rtree_index.Index:
+        """The tree with every entry in it (caller holds the lock)."""
+        while self._building:
+            self._built.wait()
+        if self._tree is None:
+            self._tree, self._tree_size = _bulk_tree(self._ids, self._boxes), len(self._ids)
+            self._pending = []
+        else:
+            self._apply_pending()
+        return self._tree
+
+    def _apply_pending(self) -> None:
+        if not self._pending:
+            return
+        waiting = sum(len(ids) for ids, _ in self._pending)
+        if waiting >= BULK_MIN and waiting * 4 >= self._tree_size:
+            self._tree, self._tree_size = _bulk_tree(self._ids, self._boxes), len(self._ids)
+        else:
+            tree = self._tree
+            for ids, boxes in self._pending:
+                for place_id, box in zip(ids.tolist(), boxes.tolist()):
+                    tree.insert(place_id, box)
+            self._tree_size += waiting
+        self._pending = []
+
+    def warm(self) -> Optional[threading.Thread]:
+        """Build the tree on a background thread (after an open); queries wait for it if they come first."""
+        with self._lock:
+            if self._tree is not None or self._building:
+                return None
+            self._building, self._build_spoiled, self._pending = True, False, []
+            ids, boxes = self._ids, self._boxes  # views: later inserts and deletes never change them
+
+        def build() -> None:
+            tree = None
+            try:
+                tree = _bulk_tree(ids, boxes)
+            except Exception:  # the next query builds it in the foreground
+                log.exception("%s: building the R-tree in the background failed", self.name)
+            with self._lock:
+                self._building = False
+                if tree is not None and not self._build_spoiled and self._tree is None:
+                    self._tree, self._tree_size = tree, len(ids)  # pending: what was inserted meanwhile
+                else:
+                    self._pending = []
+                self._built.notify_all()
+
+        thread = threading.Thread(target=build, name=f"emem-{self.name}-rtree", daemon=True)
+        thread.start()
+        return thread
+
+    # -- queries ----------------------------------------------------------
     def intersection(self, box: Box) -> np.ndarray:
         with self._lock:
-            if not self._boxes:
+            if not len(self._ids):
                 return np.empty(0, np.int64)
-            return np.fromiter(self._tree.intersection(box), dtype=np.int64)
+            return np.fromiter(self._ready_tree().intersection(box), dtype=np.int64)
 
-    def _bulk(self, ids: np.ndarray, boxes: np.ndarray) -> None:
+    def nearest(self, box: Box, k: int) -> np.ndarray:
+        """Ids of the k entries nearest to ``box`` (ties may add a few; not sorted)."""
         with self._lock:
-            if len(ids):
-                mins = np.ascontiguousarray(boxes[:, :3], dtype=np.float64)
-                maxs = np.ascontiguousarray(boxes[:, 3:], dtype=np.float64)
-                self._tree = rtree_index.Index(
-                    (np.ascontiguousarray(ids, dtype=np.int64), mins, maxs),
-                    properties=_properties(), interleaved=True,
-                )
-            else:
-                self._tree = rtree_index.Index(properties=_properties(), interleaved=True)
-            self._boxes = {int(i): tuple(b) for i, b in zip(ids.tolist(), boxes.tolist())}
-            self.high_water = int(ids.max()) if len(ids) else 0
+            if not len(self._ids):
+                return np.empty(0, np.int64)
+            return np.fromiter(self._ready_tree().nearest(box, int(k)), dtype=np.int64)
+
+    def count(self, box: Box) -> int:
+        """How many entries intersect ``box``, without listing them."""
+        with self._lock:
+            return int(self._ready_tree().count(box)) if len(self._ids) else 0
+
+    def ids(self) -> np.ndarray:
+        """Every id held, ascending."""
+        with self._lock:
+            return self._ids
+
+    def _set(self, ids: np.ndarray, boxes: np.ndarray, tree_now: bool) -> None:
+        with self._lock:
+            while self._building:
+                self._built.wait()
+            order = np.argsort(ids, kind="stable")
+            self._replace(ids[order], boxes[order])
+            self._pending = []
+            self._tree, self._tree_size = (_bulk_tree(self._ids, self._boxes), len(self._ids)) if tree_now else (None, 0)
+            self.high_water = int(self._ids[-1]) if len(self._ids) else 0
 
     def rebuild(self, ids: np.ndarray, boxes: np.ndarray) -> None:
-        self._bulk(ids, boxes)
+        self._set(np.asarray(ids, dtype=np.int64), np.asarray(boxes, dtype=np.float64).reshape(-1, 6), True)
         self.dirty = True
 
     # -- persistence ----------------------------------------------------
@@ -88,8 +236,7 @@ class SpatialIndex:
         with self._lock:
             if not self.dirty and list_snapshots(folder, self.name, "npz"):
                 return
-            ids = np.fromiter(self._boxes.keys(), dtype=np.int64, count=len(self._boxes))
-            boxes = np.array(list(self._boxes.values()), dtype=np.float64).reshape(-1, 6)
+            ids, boxes, mark = self._ids, self._boxes, self.high_water
 
             def writer(path: str) -> None:
                 buffer = io.BytesIO()
@@ -97,10 +244,11 @@ class SpatialIndex:
                 with open(path, "wb") as handle:
                     handle.write(buffer.getvalue())
 
-            write_snapshot(folder, self.name, self.high_water, "npz", writer)
+            write_snapshot(folder, self.name, mark, "npz", writer)
             self.dirty = False
 
     def load(self, folder: Path, expected_max: int) -> bool:
+        """Load the newest usable snapshot's entries; the tree is built later (``warm`` or a query)."""
         for mark, path in list_snapshots(folder, self.name, "npz"):
             if mark > expected_max:
                 log.warning("%s: snapshot %s is ahead of the database; ignoring it", self.name, path.name)
@@ -113,19 +261,24 @@ class SpatialIndex:
             except Exception as exc:
                 log.warning("%s: snapshot %s is unreadable (%s); rebuilding", self.name, path.name, exc)
                 continue
-            self._bulk(ids, boxes)
+            if len(ids) > 1 and not (np.diff(ids) > 0).all():  # written by an older version: sort, dedupe
+                ids, first = np.unique(ids, return_index=True)
+                boxes = boxes[first]
+            self._set(ids, boxes, False)
             self.high_water = mark
             self.dirty = False
             return True
         return False
 
     def reconcile(self, expected: np.ndarray, fetch: Callable[[np.ndarray], np.ndarray]) -> tuple[int, int]:
-        """Make the tree hold exactly ``expected`` ids; ``fetch`` gives boxes of missing ones."""
+        """Make the index hold exactly ``expected`` ids; ``fetch`` gives boxes of missing ones."""
+        expected = np.asarray(expected, dtype=np.int64)
         with self._lock:
-            listed = np.fromiter(self._boxes.keys(), dtype=np.int64, count=len(self._boxes))
-            extra = np.setdiff1d(listed, expected)
-            missing = np.setdiff1d(expected, listed)
-            self.delete(extra.tolist())
+            listed = self._ids
+            extra = np.setdiff1d(listed, expected, assume_unique=True)
+            missing = np.setdiff1d(expected, listed, assume_unique=True)
+            if len(extra):
+                self.delete(extra.tolist())
             if len(missing):
                 self.insert(missing, fetch(missing))
             if len(expected):

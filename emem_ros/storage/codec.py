@@ -41,7 +41,12 @@ def dumps(value: Metadata, *, strict: bool = False) -> Optional[str]:
         return value or None
     if not value:
         return None
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=_plain, allow_nan=not strict)
+    return (_STRICT if strict else _LENIENT).encode(value)
+
+
+# Built once: ``json.dumps`` with options builds a new encoder on every call (once per observation).
+_STRICT = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=_plain, allow_nan=False)
+_LENIENT = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=_plain, allow_nan=True)
 
 
 def loads(text: Optional[str]) -> dict[str, Any]:

@@ -73,9 +73,11 @@ def decode_v1(payload: bytes) -> list[Statement]:
 # ---------------------------------------------------------------------- v2
 COMPRESS_ABOVE = 1024
 """Bytes of encoded record above which zlib pays for its start-up cost."""
-ZLIB_LEVEL = 6
+ZLIB_LEVEL = 1
+"""The fast level: on our column-shuffled records it compresses nearly as well as 6 at a fraction of the
+cost (bench/bench_oplog.py). The level is not part of the format: any zlib stream decodes."""
 ZLIB_LEVEL_LARGE = 1
-"""For records that are mostly vectors, which hardly compress: the fast level costs a fifth."""
+"""For records that are mostly vectors, which hardly compress."""
 
 _FLAG_RAW, _FLAG_ZLIB = 0, 1
 # Statement kinds.
@@ -149,7 +151,7 @@ def encode_v2(statements: list[Statement]) -> bytes:
             else:
                 out.append(_ONE)
                 _put_params(out, params, blobs)
-        elif params and all(type(r) is list for r in params) and len({len(r) for r in params}) == 1:
+        elif params and all(type(r) is list or type(r) is tuple for r in params) and len(set(map(len, params))) == 1:
             out.append(_MANY_COLUMNS)
             _put_columns(out, params, blobs)
         else:
@@ -262,12 +264,16 @@ def _put_column(out: bytearray, column: tuple, n_rows: int, blobs: list[int]) ->
         return
     numeric = types - {type(None)}
     if numeric == {float} or numeric == {int}:
-        present = np.fromiter((v is not None for v in column), dtype=bool, count=n_rows)
-        values = [v for v in column if v is not None]
+        if len(numeric) == len(types):  # no NULL: the common case, without a pass per value
+            present = None
+            values = column
+        else:
+            present = np.fromiter((v is not None for v in column), dtype=bool, count=n_rows)
+            values = [v for v in column if v is not None]
         if numeric == {float}:
             packed = np.array(values, dtype="<f8")
             tag = _C_FLOAT
-        elif all(_INT64_MIN <= v <= _INT64_MAX for v in values):
+        elif min(values) >= _INT64_MIN and max(values) <= _INT64_MAX:
             ints = np.array(values, dtype="<i8")
             packed = np.diff(ints, prepend=np.int64(0))  # wraps like int64; undone by cumsum
             tag = _C_INT
@@ -276,7 +282,7 @@ def _put_column(out: bytearray, column: tuple, n_rows: int, blobs: list[int]) ->
             tag = b""
         if packed is not None:
             out += tag
-            if present.all():
+            if present is None or present.all():
                 out.append(0)
             else:
                 out.append(1)

@@ -297,7 +297,8 @@ class RecordingConnection:
         return cursor
 
     def executemany(self, sql: str, rows: Any):
-        rows = [list(r) if not isinstance(r, dict) else r for r in rows]
+        # The rows are logged as given (tuples or lists: the encoder reads both by column), not copied.
+        rows = rows if type(rows) is list else list(rows)
         cursor = self._conn.executemany(sql, rows)
         if rows and sql.lstrip()[:7].upper().startswith(self._MUTATING):
             self.statements.append((sql, rows, True))

@@ -8,7 +8,7 @@ mirrored whole: read once, then only the cells a commit touched are read
 again, before the next query answers.
 
 Exactness: every writer that upserts places goes through
-``MemoryStore._upsert_places``, whose keys are recorded in ``PlaceChanges``
+``MemoryStore.upsert_places``, whose keys are recorded in ``PlaceChanges``
 after the transaction commits. A reader takes the change sequence before
 it reads rows, so a commit racing with the read is re-read later, never
 missed. Deleting places (archival) calls ``reset``: everything is read
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
+
+from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:
     from emem_ros.storage.store import MemoryStore
@@ -225,8 +227,7 @@ class PlaceCache:
         unique = list(dict.fromkeys(keys))
         found: list[tuple] = []
         conn = self._store.reader()
-        for start in range(0, len(unique), 150):
-            chunk = unique[start:start + 150]
+        for chunk in chunked(unique, 150):
             values = ",".join("(?,?,?,?,?)" for _ in chunk)
             found += conn.execute(
                 f"WITH k(t, l, x, y, z) AS (VALUES {values}) SELECT {', '.join('p.' + c for c in COLUMNS.split(', '))}"
@@ -364,8 +365,7 @@ class PlaceCache:
     # ------------------------------------------------------------------ too big to mirror: SQLite
     def _by_id_sql(self, ids: list[int]) -> PlaceArrays:
         rows: list[tuple] = []
-        for start in range(0, len(ids), 900):
-            chunk = ids[start:start + 900]
+        for chunk in chunked(ids):
             rows += self._store.reader().execute(
                 f"SELECT {COLUMNS} FROM places WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", chunk).fetchall()
         return PlaceArrays.from_rows(rows)
@@ -380,8 +380,7 @@ class PlaceCache:
             bounds += [z0, z1]
         ids = sorted(set(int(t) for t in text_ids))
         rows: list[tuple] = []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
+        for chunk in chunked(ids, 500):
             rows += self._store.reader().execute(
                 f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}) AND {where}"
                 " ORDER BY text_id, layer, cx, cy, cz", [*chunk, *bounds]).fetchall()
@@ -411,8 +410,7 @@ class PlaceCache:
             params.append(before)
         order = "text_id, cx, cy, cz" if layer else "text_id, id"
         rows: list[tuple] = []
-        for start in range(0, len(ids), 900):
-            chunk = ids[start:start + 900]
+        for chunk in chunked(ids):
             rows += self._store.reader().execute(
                 f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}){extra}"
                 f" ORDER BY {order}", [*chunk, *params]).fetchall()

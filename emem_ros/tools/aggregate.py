@@ -254,6 +254,30 @@ class Aggregator:
         a window holding the slice's first or last sighting proves existence
         without touching SQLite.
         """
+        planned = self._plan(text_id, count)
+        if isinstance(planned, tuple):
+            return self._scan(text_id, planned[0], planned[1], count)
+        return planned
+
+    def get_many(self, text_ids: Sequence[int], count: bool = True) -> dict[int, Optional[TextAgg]]:
+        """``get`` for several texts; the ones that need SQLite are counted in one statement."""
+        out: dict[int, Optional[TextAgg]] = {}
+        scans: list[tuple[int, float, float]] = []
+        for text_id in dict.fromkeys(text_ids):
+            planned = self._plan(text_id, count)
+            if isinstance(planned, tuple):
+                scans.append((text_id, planned[0], planned[1]))
+            else:
+                out[text_id] = planned
+        if len(scans) == 1:
+            text_id, lo, hi = scans[0]
+            out[text_id] = self._scan(text_id, lo, hi, count)
+        elif scans:
+            out.update(self._scan_many(scans, count))
+        return out
+
+    def _plan(self, text_id: int, count: bool) -> "Optional[TextAgg] | tuple[float, float]":
+        """The answer when the catalog or the area decides it, else the (lo, hi) stamps to scan."""
         stats = self._slice.get(text_id)
         if stats is None:
             return None
@@ -279,18 +303,45 @@ class Aggregator:
                 return TextAgg(text_id, stats.count, True, first, last)
             if not count and hi == last:
                 return TextAgg(text_id, 1, False, None, last)
-        return self._scan(text_id, lo, hi, count)
+        return (lo, hi)
 
-    def _scan(self, text_id: int, lo: float, hi: float, count: bool) -> Optional[TextAgg]:
+    def _scan_sql(self, text_id: int) -> tuple[str, list]:
         where, params = self._where, list(self._params)
         if self._catalog.has_body_rows(text_id):
             where += " AND o.source_type != ?"
             params.append(_BODY)
+        return where, params
+
+    def _scan(self, text_id: int, lo: float, hi: float, count: bool) -> Optional[TextAgg]:
+        where, params = self._scan_sql(text_id)
         cap = COUNT_CAP + 1 if count else 1
         row = self._store.reader().execute(
             "SELECT COUNT(*), MIN(stamp), MAX(stamp) FROM (SELECT o.stamp AS stamp FROM observations o"
             f" WHERE o.text_id = ? AND o.stamp BETWEEN ? AND ? AND {where} ORDER BY o.stamp DESC LIMIT ?)",
             (text_id, lo, hi, *params, cap)).fetchone()
+        return self._agg_of(text_id, row, count)
+
+    def _scan_many(self, scans: Sequence[tuple[int, float, float]], count: bool) -> dict[int, Optional[TextAgg]]:
+        """``_scan`` for many texts: one UNION ALL of the same per-text statements."""
+        cap = COUNT_CAP + 1 if count else 1
+        out: dict[int, Optional[TextAgg]] = {}
+        conn = self._store.reader()
+        for start in range(0, len(scans), 60):
+            parts: list[str] = []
+            params: list = []
+            for text_id, lo, hi in scans[start:start + 60]:
+                where, extra = self._scan_sql(text_id)
+                parts.append(
+                    "SELECT * FROM (SELECT ?, COUNT(*), MIN(stamp), MAX(stamp) FROM (SELECT o.stamp AS stamp"
+                    f" FROM observations o WHERE o.text_id = ? AND o.stamp BETWEEN ? AND ? AND {where}"
+                    " ORDER BY o.stamp DESC LIMIT ?))")
+                params += [text_id, text_id, lo, hi, *extra, cap]
+            for text_id, *row in conn.execute(" UNION ALL ".join(parts), params):
+                out[text_id] = self._agg_of(text_id, row, count)
+        return out
+
+    @staticmethod
+    def _agg_of(text_id: int, row: Sequence, count: bool) -> Optional[TextAgg]:
         n, first, last = row
         if not n:
             return None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence
 
 from emem_ros.consolidation.readings import display_scale, fmt_level, reading_key, reading_level, same_quantity
@@ -91,6 +92,11 @@ class LayerLevels:
             stored = read_body_scales(conn).get(layer)
             if stored is not None:
                 return cls(layer, float(stored["scale"]), stored["unit"])
+        return _levels_of_samples(cls, layer, tuple(samples))
+
+    @classmethod
+    def from_samples(cls, layer: str, samples: Sequence[tuple[Optional[str], Optional[float]]]) -> "LayerLevels":
+        """How a layer reads, decided from its newest (text, value) readings."""
         units = Counter(level[1] for level in (reading_level(text) for text, _ in samples) if level is not None)
         unit = units.most_common(1)[0][0] if units else ""
         scale = display_scale(samples)
@@ -111,6 +117,13 @@ class LayerLevels:
 
     def shown(self, level: float) -> str:
         return fmt_level(level, self.unit)
+
+
+@lru_cache(maxsize=256)
+def _levels_of_samples(cls: type, layer: str, samples: tuple) -> "LayerLevels":
+    """``LayerLevels.from_samples``, memoised on the exact samples: between two readings of a layer every
+    body_status call sees the same newest readings, and parsing them is most of a call."""
+    return cls.from_samples(layer, samples)
 
 
 # ---------------------------------------------------------------------- the tool

@@ -142,8 +142,7 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool) -> tuple[li
     """
     n_rows = len(places)
     text_ids, layers = places.text_id.tolist(), places.layer.tolist()
-    rank: dict[tuple[int, str], int] = {}
-    key_of = np.array([rank.setdefault(key, len(rank)) for key in zip(text_ids, layers)], dtype=np.int64)
+    key_of = _first_seen_rank(places.text_id, places.layer, layers)
     count, first, last = places.count, places.first, places.last
     centroid = np.column_stack([places.sx / count, places.sy / count, places.sz / count])  # Place.centroid
     labels = linked_labels(np.column_stack([centroid[:, :2], key_of * KEY_GAP]), SAME_OBJECT)
@@ -186,6 +185,23 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool) -> tuple[li
                            last_obs[newest_rows[g]],
                            (bounds[0][0][g], bounds[0][1][g], bounds[1][0][g], bounds[1][1][g])))
     return ranked, spots
+
+
+def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: list[str]) -> np.ndarray:
+    """Per row, the rank of its (text, layer) key in order of first appearance (0, 1, ... as met).
+
+    The same numbers as ``rank.setdefault(key, len(rank))`` row by row, from a few array calls:
+    a dense area has hundreds of places and only a handful of layers.
+    """
+    code = np.zeros(len(layer), dtype=np.int64)
+    names = sorted(set(layer_list))
+    for i, name in enumerate(names[1:], 1):
+        code[layer == name] = i
+    key = text_id.astype(np.int64) * len(names) + code
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse.reshape(-1)]
 
 
 def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, tuple]:
@@ -352,8 +368,9 @@ def timeline(env: ToolEnv, f: Filters, n: int, order: str = "newest", gists: boo
                                                      center=f.center, radius=f.radius))
     names = texts_of(env.store, list(groups))
     hits: list[Hit] = []
+    totals = agg.get_many(list(groups), count=True)
     for text_id, (obs_id, stamp, layer, pos, episode, seen_first) in groups.items():
-        full = agg.get(text_id, count=True)
+        full = totals[text_id]
         count, exact, first = (full.count, full.exact, full.first) if full is not None else (1, False, None)
         hits.append(Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=names.get(text_id, ""),
                         layer=layer, position=pos, stamp=full.last if full is not None else stamp,
@@ -368,16 +385,21 @@ def timeline(env: ToolEnv, f: Filters, n: int, order: str = "newest", gists: boo
 
 
 def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tuple]:
-    """Read the window newest-first (or oldest-first) in chunks until n distinct texts are found."""
+    """Read the window newest-first (or oldest-first) in chunks until n distinct texts are found.
+
+    The pages carry only (id, text, stamp): most rows read repeat a text already found, so the
+    rest of a row (layer, position, episode) is read afterwards for the n rows that are kept.
+    """
     where, params = f.sql("o", time=False, episode=False)
     lo, hi = max(f.lo, -1e300), min(f.hi, 1e300)
     direction = "DESC" if newest else "ASC"
     cmp = "<" if newest else ">"
-    groups: dict[int, tuple] = {}
+    firsts: dict[int, tuple[int, float]] = {}
     conn = env.store.reader()
     cursor: Optional[tuple[float, int]] = None
     scanned = 0
-    while len(groups) < n and scanned < SCAN_LIMIT:
+    complete = False
+    while len(firsts) < n and scanned < SCAN_LIMIT:
         # A short first read: n distinct texts usually turn up in the first few dozen rows. The sizes
         # add up to SCAN_CHUNK, so the pages line up with SCAN_CHUNK-sized ones from there on.
         chunk = FIRST_READS.get(scanned, SCAN_CHUNK)
@@ -387,20 +409,33 @@ def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tu
             page = f" AND (o.stamp {cmp} ? OR (o.stamp = ? AND o.id {cmp} ?))"
             page_params = [cursor[0], cursor[0], cursor[1]]
         rows = conn.execute(
-            "SELECT o.id, o.text_id, o.stamp, o.layer, o.x, o.y, o.z, o.episode_id FROM observations o"
+            "SELECT o.id, o.text_id, o.stamp FROM observations o"
             f" WHERE o.stamp BETWEEN ? AND ? AND {where} AND o.source_type != ? AND o.text_id IS NOT NULL"
             f" AND o.tier != 'archived'{page} ORDER BY o.stamp {direction}, o.id {direction} LIMIT ?",
             (lo, hi, *params, _BODY, *page_params, chunk)).fetchall()
-        for obs_id, text_id, stamp, layer, x, y, z, episode in rows:
-            if text_id not in groups:
-                groups[text_id] = (obs_id, stamp, layer, (x, y, z) if x is not None else None, episode, stamp)
-                if len(groups) >= n:
+        for obs_id, text_id, stamp in rows:
+            if text_id not in firsts:
+                firsts[text_id] = (obs_id, stamp)
+                if len(firsts) >= n:
                     break
         scanned += len(rows)
         if len(rows) < chunk:
-            return groups
+            complete = True
+            break
         cursor = (rows[-1][2], rows[-1][0])
-    if len(groups) < n and scanned >= SCAN_LIMIT:
+    groups: dict[int, tuple] = {}
+    if firsts:
+        marks = ",".join("?" * len(firsts))
+        details = {r[0]: r[1:] for r in conn.execute(
+            f"SELECT id, layer, x, y, z, episode_id FROM observations WHERE id IN ({marks})",
+            [obs_id for obs_id, _ in firsts.values()])}
+        for text_id, (obs_id, stamp) in firsts.items():
+            detail = details.get(obs_id)
+            if detail is None:  # removed between the two reads (archival with retention): skip it
+                continue
+            layer, x, y, z, episode = detail
+            groups[text_id] = (obs_id, stamp, layer, (x, y, z) if x is not None else None, episode, stamp)
+    if not complete and len(groups) < n and scanned >= SCAN_LIMIT:
         _complete_from_catalog(env, f, n, newest, groups)
     return groups
 

@@ -460,7 +460,7 @@ def text_hits(store: MemoryStore, agg: Aggregator, candidates: Sequence[Candidat
 
 def text_hits_by_key(store: MemoryStore, agg: Aggregator, candidates: Sequence[Candidate]) -> dict[int, Hit]:
     texts = [c for c in candidates if c.kind == "text"]
-    full = {c.key: agg.get(c.key, count=True) for c in texts}
+    full = agg.get_many([c.key for c in texts], count=True)
     reps = agg.representatives([a for a in full.values() if a is not None])
     names = texts_of(store, [c.key for c in texts])
     out: dict[int, Hit] = {}

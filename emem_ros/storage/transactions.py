@@ -1,0 +1,203 @@
+"""Write transactions and the operation log: the store's durability rules in one place.
+
+Every write runs under the single writer lock; with the operation log on,
+the transaction's statements are appended to the log *before* COMMIT and
+the log sequence number is committed with them, so a crash between the two
+is redone on the next open (``_redo_from_log``). Small transactions can be
+made durable in the log now and applied to SQLite with the next write
+(``write_deferred``: the experience ledger's cheap path).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
+
+from emem_ros.core.errors import StoreError
+from emem_ros.storage.oplog import Record, RecordingConnection, apply_record
+
+log = logging.getLogger(__name__)
+
+
+class TransactionsMixin:
+    """``MemoryStore``'s writes: ``write()``, deferred log records, redo after a crash, log checkpoints.
+
+    Uses the store's ``_conn``, ``_write_lock``, ``oplog``, ``_deferred``,
+    ``_touched_places``, ``place_cache`` and ``commit_listeners``.
+    """
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the writer lock; rolls back on any error.
+
+        With the operation log on, the transaction's statements are appended to
+        the log before COMMIT, and its sequence number is committed with it.
+        """
+        with self._write_lock:
+            if self._closed:
+                raise StoreError("the memory is closed")
+            self._conn.execute("BEGIN IMMEDIATE")
+            conn = RecordingConnection(self._conn) if self.oplog is not None else self._conn
+            deferred = self._deferred
+            self._touched_places = []
+            try:
+                for seq, statements in deferred:  # logged earlier: they come first, in log order
+                    apply_record(self._conn, Record(seq, statements))
+                yield conn
+                if self.oplog is not None and conn.statements:
+                    seq, offset = self.oplog.append(conn.statements)
+                    try:
+                        self._conn.execute(
+                            "INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)", (str(seq),))
+                        self._conn.execute("COMMIT")
+                    except BaseException:
+                        self.oplog.undo_append(seq, offset)
+                        raise
+                else:
+                    if deferred:
+                        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                                           (str(deferred[-1][0]),))
+                    self._conn.execute("COMMIT")
+                if deferred:
+                    self._deferred = []
+            except BaseException:
+                self._touched_places = []
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            if self._touched_places:  # after COMMIT, so a cache never takes an uncommitted state for current
+                touched, self._touched_places = self._touched_places, []
+                try:
+                    self.place_cache.changes.record(touched)
+                except Exception:  # committed: a failing cache must not make the caller retry the write
+                    log.exception("the place cache could not record a commit; clearing it")
+                    try:
+                        self.place_cache.clear()
+                    except Exception:
+                        pass
+            self._after_commit(deferred, conn)
+
+    def _after_commit(self, deferred: list, conn: Any) -> None:
+        """Tell the commit listeners (the query cache) what was written; never fails the write.
+
+        They get the transaction's mutating statements, or None when they are not
+        known (no operation log): "something changed".
+        """
+        if not self.commit_listeners:
+            return
+        statements: Optional[list] = None
+        if self.oplog is not None:
+            statements = [s for item in deferred
+                          for s in (item.statements if hasattr(item, "statements") else item[1])]
+            statements += getattr(conn, "statements", [])
+            if not statements:
+                return
+        for listener in list(self.commit_listeners):
+            try:
+                listener(statements)
+            except Exception:
+                log.exception("a commit listener failed")
+
+    def write_deferred(self, statements: list) -> int:
+        """Make a small transaction durable in the log now; SQLite applies it with the next write.
+
+        For writes that must be cheap at the caller (the experience ledger): the
+        record is in the log (in the OS, like every commit) when this returns, so
+        a crash loses nothing (the open redoes it); SQLite and the derived
+        indexes catch up at the next ``write()``, ``apply_deferred()``,
+        checkpoint or close. Readers that must see it call ``apply_deferred()``.
+        Without a log it is an ordinary write. Returns how many wait to be applied.
+        """
+        with self._write_lock:
+            if self._closed:
+                raise StoreError("the memory is closed")
+            if self.oplog is None:
+                with self.write() as conn:
+                    apply_record(conn, Record(0, statements))
+                return 0
+            seq, _ = self.oplog.append(statements)
+            self._deferred.append((seq, statements))
+            return len(self._deferred)
+
+    @property
+    def deferred_count(self) -> int:
+        return len(self._deferred)
+
+    def apply_deferred(self) -> int:
+        """Apply logged-but-not-applied transactions to SQLite now; returns how many."""
+        if not self._deferred:
+            return 0
+        with self._write_lock:
+            count = len(self._deferred)
+            if count and not self._closed:
+                with self.write():
+                    pass  # write() applies them first, in one transaction
+            return count
+
+    def _redo_from_log(self) -> int:
+        """Apply log records SQLite had not committed when the process died."""
+        assert self.oplog is not None
+        row = self._conn.execute("SELECT value FROM meta WHERE key='log_seq'").fetchone()
+        db_seq = int(row[0]) if row else 0
+        if self.oplog.last_seq < db_seq:
+            has_data = self._conn.execute("SELECT 1 FROM texts LIMIT 1").fetchone()
+            if has_data:
+                log.warning("operation log %s ends at seq %d but the database is at %d; "
+                            "a rebuild can only start from a checkpoint", self.log_dir,
+                            self.oplog.last_seq, db_seq)
+            self.oplog.last_seq = db_seq
+            return 0
+        redone = 0
+        for record in self.oplog.records(after=db_seq):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                apply_record(self._conn, record)
+                self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                                   (str(record.seq),))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            redone += 1
+        if redone:
+            log.warning("replayed %d transaction(s) from the operation log after an unclean stop", redone)
+        return redone
+
+    @property
+    def write_lock(self) -> threading.RLock:
+        return self._write_lock
+
+    def checkpoint_log(self) -> Optional[int]:
+        """Write a consistent base copy of the file and prune log segments behind it.
+
+        Retention (``log_keep_segments`` > 0) may only drop what a base covers,
+        so a rebuild still has everything it needs.
+        """
+        if self.oplog is None:
+            return None
+        with self._write_lock:
+            self.apply_deferred()  # the base must hold everything up to the seq it is named by
+            seq = self.oplog.last_seq
+            final = self.log_dir / f"base-{seq:012d}.db"
+            temp = self.log_dir / f".base-{seq:012d}.db.tmp"
+            target = sqlite3.connect(str(temp))
+            try:
+                self._conn.backup(target)
+            finally:
+                target.close()
+            os.replace(temp, final)
+            self.oplog.sync()
+        for old in self.log_dir.glob("base-*.db"):
+            if old != final:
+                old.unlink()
+        keep = self.config.log_keep_segments
+        if keep > 0:
+            segments = self.oplog.segments()
+            if len(segments) > keep:
+                cutoff = segments[-keep][0] - 1
+                self.oplog.prune(min(cutoff, seq))
+        return seq
