@@ -156,3 +156,20 @@ def test_emem_rebuild_cli_without_a_log_is_a_plain_error(tmp_path, capsys):
     assert emem(["rebuild", str(path)]) == 2
     err = capsys.readouterr().err
     assert "no operation log" in err and "nolog.db" in err
+
+
+def test_rebuild_refuses_while_the_memory_is_open_and_changes_nothing(tmp_path, clock):
+    from emem_ros.core.errors import MemoryInUseError
+
+    path = tmp_path / "open.db"
+    memory = open_memory(path, clock)
+    memory.add("red mug", x=1.0, y=2.0, layer_name="detections")
+    memory.flush()
+    before = path.stat().st_mtime_ns, path.stat().st_size
+    with pytest.raises(MemoryInUseError, match="open"):
+        rebuild_from_log(path)
+    assert (path.stat().st_mtime_ns, path.stat().st_size) == before
+    assert not path.with_name(path.name + ".before-rebuild").exists()
+    assert "red mug" in memory.semantic_search("red mug")
+    memory.close()
+    assert rebuild_from_log(path).records > 0

@@ -80,6 +80,7 @@ of an entity's running statistics is safe).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -92,7 +93,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
-from emem_ros.consolidation.rows import LayerKind, ObsRow, classify_layers, detection_labels, fetch_rows
+from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
 from emem_ros.core.types import EdgeKind, NodeKind, make_id
 
@@ -325,9 +326,11 @@ def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
 
 
 class EntityExtractor:
-    def __init__(self, memory: "Memory", summarizer: Any = None) -> None:
+    def __init__(self, memory: "Memory", summarizer: Any = None, rows: Optional[RowMemo] = None) -> None:
         self.memory = memory
         self.summarizer = summarizer
+        self.rows = rows
+        """Rows a time-window pass already read (shared with it; None: read everything)."""
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._text_names: OrderedDict[str, Optional[list[str]]] = OrderedDict()
         self._llm_failures = 0
@@ -354,10 +357,11 @@ class EntityExtractor:
         marks = read_marks(conn, ENTITY_MARKS)
         top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
         base = "o.text_id IS NOT NULL AND o.tier != 'archived'"
+        read = functools.partial(self.rows.fetch, reader="entities") if self.rows is not None else fetch_rows
         if marks.stamp is None:
-            fresh = fetch_rows(conn, base, limit=ROWS_PER_STEP)
+            fresh = read(conn, base, limit=ROWS_PER_STEP)
         else:
-            fresh = fetch_rows(conn, f"{base} AND o.stamp >= ?", [marks.stamp], limit=ROWS_PER_STEP)
+            fresh = read(conn, f"{base} AND o.stamp >= ?", [marks.stamp], limit=ROWS_PER_STEP)
         limited = len(fresh) >= ROWS_PER_STEP
         late: list[ObsRow] = []
         late_limited = False

@@ -19,6 +19,7 @@ body_status, the only door to the robot's own state.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 
 from emem_ros.consolidation.clustering import ClusterParams, cluster_stream
-from emem_ros.consolidation.rows import LayerKind, ObsRow, classify_layers, fetch_rows, in_list
+from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, fetch_rows, in_list
 from emem_ros.consolidation.state import (
     CONSOLIDATION_MARKS,
     Marks,
@@ -264,9 +265,11 @@ def blocked_episodes(conn: Any, pending: Sequence[int]) -> list[int]:
 class TimeWindowConsolidator:
     """Old short-term observations -> gists, incrementally (see ``state.py`` for the marks)."""
 
-    def __init__(self, memory: "Memory", writer: SummaryWriter) -> None:
+    def __init__(self, memory: "Memory", writer: SummaryWriter, rows: Optional[RowMemo] = None) -> None:
         self.memory = memory
         self.writer = writer
+        self.rows = rows
+        """Rows an entity pass already read (shared with it; None: read everything)."""
 
     def run(self, stop: Optional[threading.Event] = None) -> ConsolidationReport:
         started = time.perf_counter()
@@ -302,11 +305,12 @@ class TimeWindowConsolidator:
         base = f"o.tier = 'short_term' AND o.gist_id IS NULL AND (o.episode_id IS NULL OR NOT {not_blocked})"
         limit = max(ROWS_PER_RUN, 4 * params.max_size)
 
+        read = functools.partial(self.rows.fetch, reader="time_window") if self.rows is not None else fetch_rows
         if marks.stamp is None:
-            fresh = fetch_rows(conn, f"{base} AND o.stamp < ?", [*blocked_params, cutoff], limit=limit)
+            fresh = read(conn, f"{base} AND o.stamp < ?", [*blocked_params, cutoff], limit=limit)
         else:
-            fresh = fetch_rows(conn, f"{base} AND o.stamp >= ? AND o.stamp < ?",
-                               [*blocked_params, marks.stamp, cutoff], limit=limit)
+            fresh = read(conn, f"{base} AND o.stamp >= ? AND o.stamp < ?",
+                         [*blocked_params, marks.stamp, cutoff], limit=limit)
         limited = len(fresh) >= limit
         late: list[ObsRow] = []
         late_limited = False

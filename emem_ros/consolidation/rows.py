@@ -6,9 +6,11 @@ slotted record with its metadata decoded only when asked for.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
@@ -97,6 +99,101 @@ def fetch_rows(conn: sqlite3.Connection, where: str, params: Sequence[Any] = (),
     texts = _texts(conn, {r[7] for r in raw if r[7] is not None})
     return [ObsRow(i, st, la, so, x, y, z, tid, texts.get(tid, "") if tid is not None else "", co, ep, va, me, fr, gi)
             for i, st, la, so, x, y, z, tid, co, ep, va, me, fr, gi in raw]
+
+
+class RowMemo:
+    """Rows one consolidation pass read, kept for the other pass that reads mostly the same ones.
+
+    Time-window consolidation and entity extraction both walk the new rows
+    (one after the other in ``maintenance``); building tens of thousands of
+    rows twice is most of their reading cost. An observation's columns never
+    change after it is written except ``gist_id``, ``tier`` and, once archived,
+    its text and metadata; the passes never read archived rows. So the second
+    pass asks SQLite only which rows match (id, gist_id, and stamp and text_id
+    as a check), reuses the rows the first one read and builds the others.
+
+    The rows held are those of the latest pass that read plainly (its
+    ``reader`` name), up to ``capacity`` of its newest; a pass never reuses
+    its own rows (its steps move forward). A read that starts outside what is
+    held, or is mostly new rows (a backlog bigger than the memo), is one plain
+    read instead. Used from the consolidation worker only (a lock guards it
+    anyway).
+    """
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._rows: dict[int, ObsRow] = {}
+        self._owner: Optional[str] = None
+        self._consumed = False
+        self._lock = threading.Lock()
+        self.reused = 0
+        """Rows served from the memo so far (for tests and logs)."""
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows, self._owner, self._consumed = {}, None, False
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def fetch(self, conn: sqlite3.Connection, where: str, params: Sequence[Any] = (),
+              order: str = "o.stamp, o.id", limit: Optional[int] = None, *, reader: str = "") -> list[ObsRow]:
+        """``fetch_rows`` (the same rows in the same order), for the pass named ``reader``."""
+        with self._lock:
+            if reader == self._owner or not self._rows:
+                if reader != self._owner or self._consumed:  # a new round: hold this pass's rows only
+                    self._rows, self._owner, self._consumed = {}, reader, False
+                rows = fetch_rows(conn, where, params, order, limit)
+                self._keep(rows)
+                return rows
+            self._consumed = True
+            return self._reuse(conn, where, params, order, limit)
+
+    def _reuse(self, conn: sqlite3.Connection, where: str, params: Sequence[Any], order: str,
+               limit: Optional[int]) -> list[ObsRow]:
+        held = self._rows
+        first = conn.execute(f"SELECT o.id FROM {ROW_FROM} WHERE {where} ORDER BY {order} LIMIT 1",
+                             tuple(params)).fetchone()
+        if first is None or first[0] not in held:  # a stretch the memo does not hold: one plain read
+            return fetch_rows(conn, where, params, order, limit)
+        sql = f"SELECT o.id, o.gist_id, o.stamp, o.text_id FROM {ROW_FROM} WHERE {where} ORDER BY {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        keys = conn.execute(sql, tuple(params)).fetchall()
+        missing = []
+        for obs_id, _, stamp, text_id in keys:
+            row = held.get(obs_id)
+            if row is None or row.stamp != stamp or row.text_id != text_id:
+                missing.append(obs_id)
+        if 2 * len(missing) > len(keys):  # mostly new rows: one range read beats many id lookups
+            return fetch_rows(conn, where, params, order, limit)
+        built: dict[int, ObsRow] = {}
+        for start in range(0, len(missing), 900):
+            clause, values = in_list("o.id", missing[start:start + 900])
+            built.update((r.id, r) for r in fetch_rows(conn, clause, values, order="o.id"))
+        out = []
+        for obs_id, gist_id, stamp, text_id in keys:
+            row = built.get(obs_id)
+            if row is None:
+                row = held.get(obs_id)
+                if row is None or row.stamp != stamp or row.text_id != text_id:
+                    continue  # gone between the two reads (archived meanwhile): as if read a moment later
+                if row.gist_id != gist_id:
+                    row.gist_id = gist_id
+            out.append(row)
+        self.reused += len(keys) - len(missing)
+        return out
+
+    def _keep(self, rows: Sequence[ObsRow]) -> None:
+        held = self._rows
+        if len(rows) >= self.capacity:
+            held.clear()
+            rows = rows[len(rows) - self.capacity:]
+        held.update((row.id, row) for row in rows)
+        excess = len(held) - self.capacity
+        if excess > 0:  # the oldest read go first
+            for obs_id in list(itertools.islice(held, excess)):
+                del held[obs_id]
 
 
 def _texts(conn: sqlite3.Connection, ids: set[int]) -> dict[int, str]:

@@ -15,6 +15,7 @@ from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.entities import EntityExtractor, EntityReport
 from emem_ros.consolidation.episodes import EpisodeBook, EpisodeConsolidator, EpisodeReport
 from emem_ros.consolidation.gists import ConsolidationReport, TimeWindowConsolidator
+from emem_ros.consolidation.rows import RowMemo
 from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.consolidation.worker import ConsolidationWorker, WorkerClosedError
 from emem_ros.core.errors import InvalidInputError, StoreError
@@ -72,9 +73,11 @@ class ConsolidationService:
         self.summarizer = make_summarizer(memory.llm_client, memory.config.llm_timeout)
         self.writer = SummaryWriter(self.summarizer)
         self.book = EpisodeBook(memory)
-        self.time_window = TimeWindowConsolidator(memory, self.writer)
+        self.rows = RowMemo()
+        """Rows shared by the time-window and entity passes (see ``RowMemo``)."""
+        self.time_window = TimeWindowConsolidator(memory, self.writer, self.rows)
         self.episodes = EpisodeConsolidator(memory, self.writer, self.book)
-        self.entities = EntityExtractor(memory, self.summarizer)
+        self.entities = EntityExtractor(memory, self.summarizer, self.rows)
         path = Path(memory.config.db_path)
         self.cold = ColdStore(path.with_name(path.name + ".cold"))
         self.archiver = Archiver(memory, self.cold)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from emem_ros.core.errors import StoreError
+from emem_ros.storage.filelock import ProcessLock
 from emem_ros.storage.oplog import OpLog, apply_record
 from emem_ros.storage.schema import migrate
 
@@ -52,8 +53,18 @@ def _sidecars(path: Path) -> list[Path]:
 
 
 def rebuild_from_log(db_path: str | os.PathLike, keep_old: bool = True) -> RebuildReport:
-    started = time.perf_counter()
+    """Replace the memory file with one replayed from its log; refuses while the memory is open."""
     path = Path(db_path)
+    lock = ProcessLock(path.with_name(path.name + ".lock"), path)
+    lock.acquire()  # a running node or another emem command would lose its writes: MemoryInUseError
+    try:
+        return _rebuild(path, keep_old)
+    finally:
+        lock.release()
+
+
+def _rebuild(path: Path, keep_old: bool) -> RebuildReport:
+    started = time.perf_counter()
     log_dir = path.with_name(path.name + ".log")
     if not log_dir.is_dir():
         raise StoreError(f"no operation log at {log_dir}: nothing to rebuild {path} from")
