@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time-window consolidation: emem_ros vs the peer ``emem`` 0.3.0, one run, same data, same embedder.
 
-The stream is the multi-room patrol of ``test/test_consolidation_support.py``
+The stream is the multi-room patrol of ``test/support.patrol.py``
 (six rooms, 2-D and 3-D detections, scene texts, battery readings, docking
 gaps) with its ground truth: the number of room visits. Both memories get the
 same deterministic ``HashingEmbeddingProvider`` and no LLM. Ingestion is not
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
-from test.test_consolidation_support import PatrolInfo, multi_room_patrol  # noqa: E402
+from test.support.patrol import PatrolInfo, multi_room_patrol  # noqa: E402
 
 Row = tuple[Any, ...]  # (text, x, y, z, stamp, layer, source, conf, meta, value)
 

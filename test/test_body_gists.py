@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from test.test_consolidation_support import (
+from test.support.patrol import (
     age_past_window, gist_rows, memory_adder, multi_room_patrol, open_memory,
 )
 

@@ -7,7 +7,7 @@ import json
 import sqlite3
 
 from emem_ros.consolidation.coldstore import ColdStore
-from test.test_consolidation_support import age_past_window, open_memory
+from test.support.patrol import age_past_window, open_memory
 
 
 def _old_visits(memory, clock, texts=("red mug", "table"), days_ago: float = 3.0, n: int = 40) -> float:

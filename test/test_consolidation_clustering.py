@@ -7,7 +7,7 @@ import math
 import pytest
 
 from emem_ros.consolidation.clustering import ClusterParams, cluster_stream
-from test.test_consolidation_support import multi_room_patrol
+from test.support.patrol import multi_room_patrol
 
 P = ClusterParams(eps=3.0, min_samples=3, time_gap=120.0, max_extent=15.0, max_size=5000, min_dwell=5.0)
 

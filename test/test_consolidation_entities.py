@@ -7,7 +7,7 @@ import json
 import pytest
 
 from emem_ros.consolidation.entities import cooccurrences
-from test.test_consolidation_support import open_memory
+from test.support.patrol import open_memory
 
 
 def visit(memory, t0: float, robot: tuple[float, float], objects: dict[str, tuple[float, float]],

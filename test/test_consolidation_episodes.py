@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from test.test_consolidation_support import age_past_window, gist_rows, open_memory
+from test.support.patrol import age_past_window, gist_rows, open_memory
 
 
 def _visit(memory, t0: float, x: float, labels=("red mug", "table"), n: int = 40, layer: str = "detections"):

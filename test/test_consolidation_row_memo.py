@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from emem_ros.consolidation.rows import RowMemo, fetch_rows
-from test.test_consolidation_support import age_past_window, open_memory, patrol_into
+from test.support.patrol import age_past_window, open_memory, patrol_into
 
 BASE = "o.text_id IS NOT NULL AND o.tier != 'archived'"
 

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from test.test_consolidation_support import ROOM, ROOMS, age_past_window, gist_rows, open_memory, patrol_into
+from test.support.patrol import ROOM, ROOMS, age_past_window, gist_rows, open_memory, patrol_into
 
 
 def test_a_multi_room_patrol_gives_one_gist_per_room_visit(tmp_path, clock):

@@ -8,7 +8,7 @@ import threading
 import time
 
 from emem_ros.consolidation.worker import ConsolidationWorker, WorkerClosedError
-from test.test_consolidation_support import age_past_window, gist_rows, open_memory, patrol_into
+from test.support.patrol import age_past_window, gist_rows, open_memory, patrol_into
 
 
 class PacedLLM:

@@ -15,7 +15,7 @@ import pytest
 from emem_ros.consolidation.llm import OllamaLLMClient, Summarizer
 from emem_ros.core.errors import EmemError, InvalidInputError
 from test.support.fake_ollama import FakeOllama, wait_until
-from test.test_consolidation_support import age_past_window, open_memory, patrol_into
+from test.support.patrol import age_past_window, open_memory, patrol_into
 
 
 def _llm_threads() -> list[threading.Thread]:

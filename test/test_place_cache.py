@@ -11,7 +11,7 @@ import pytest
 
 from emem_ros.storage.place_cache import PlaceCache
 from emem_ros.tools.aggregate import _place_rows_near_sql
-from test.test_consolidation_support import age_past_window, memory_adder, multi_room_patrol, open_memory
+from test.support.patrol import age_past_window, memory_adder, multi_room_patrol, open_memory
 
 EVIDENCE_SQL = ("SELECT text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id FROM places"
                 " WHERE text_id IN ({marks}){extra}")

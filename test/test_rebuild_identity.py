@@ -17,7 +17,7 @@ import pytest
 
 from emem_ros.cli.main import main as emem
 from emem_ros.storage.rebuild import rebuild_from_log
-from test.test_consolidation_support import age_past_window, memory_adder, multi_room_patrol, open_memory
+from test.support.patrol import age_past_window, memory_adder, multi_room_patrol, open_memory
 
 QUERIES = [
     ("semantic_search", {"query": "red mug on the table"}),
