@@ -9,7 +9,6 @@ object's position), every 5 s a scene description and every 10 s a battery
 reading. Every ``dock_every`` visits it docks for 15 minutes (a time gap).
 
 Ground truth: ``PatrolInfo.visits`` (one per room entry) and the objects.
-
 """
 
 from __future__ import annotations
