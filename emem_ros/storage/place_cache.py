@@ -301,7 +301,7 @@ class PlaceCache:
         with self._lock:
             self._ensure()
             if not self.enabled:
-                return self._near_sql(text_ids, layers, (x0, x1, y0, y1, z0, z1), center, r2, three_d)
+                return self._near_sql(text_ids, layers, (x0, x1, y0, y1, z0, z1), center, radius, three_d)
             if not self._n:
                 return PlaceArrays.empty()
             cols = self._cols
@@ -371,7 +371,7 @@ class PlaceCache:
         return PlaceArrays.from_rows(rows)
 
     def _near_sql(self, text_ids: Sequence[int], layers: Sequence[str], cells: tuple[int, ...],
-                  center: tuple[float, float, float], r2: float, three_d: bool) -> PlaceArrays:
+                  center: tuple[float, float, float], radius: float, three_d: bool) -> PlaceArrays:
         x0, x1, y0, y1, z0, z1 = cells
         where = f"layer IN ({','.join('?' * len(layers))}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
         bounds: list = [*layers, x0, x1, y0, y1]
@@ -384,16 +384,7 @@ class PlaceCache:
             rows += self._store.reader().execute(
                 f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}) AND {where}"
                 " ORDER BY text_id, layer, cx, cy, cz", [*chunk, *bounds]).fetchall()
-        cx, cy, cz = center
-        kept = []
-        for row in rows:
-            count = row[3]
-            d2 = (row[4] / count - cx) ** 2 + (row[5] / count - cy) ** 2
-            if three_d:
-                d2 += (row[6] / count - cz) ** 2
-            if d2 <= r2:
-                kept.append(row)
-        return PlaceArrays.from_rows(kept)
+        return PlaceArrays.from_rows(rows_within(rows, center, radius, three_d))
 
     def _of_texts_sql(self, text_ids: Sequence[int], layer: Optional[str], after: Optional[float],
                       before: Optional[float]) -> PlaceArrays:
@@ -415,3 +406,19 @@ class PlaceCache:
                 f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}){extra}"
                 f" ORDER BY {order}", [*chunk, *params]).fetchall()
         return PlaceArrays.from_rows(rows)
+
+
+def rows_within(rows: list[tuple], center: tuple[float, float, float], radius: float,
+                three_d: bool = False) -> list[tuple]:
+    """Raw place rows whose centroid (sum / count) lies within ``radius`` of ``center``."""
+    cx, cy, cz = center
+    r2 = radius * radius
+    out = []
+    for row in rows:
+        count = row[3]
+        d2 = (row[4] / count - cx) ** 2 + (row[5] / count - cy) ** 2
+        if three_d:
+            d2 += (row[6] / count - cz) ** 2
+        if d2 <= r2:
+            out.append(row)
+    return out

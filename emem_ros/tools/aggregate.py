@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
-from emem_ros.storage.place_cache import PlaceArrays
+from emem_ros.storage.place_cache import PlaceArrays, rows_within
 from emem_ros.storage.store import MemoryStore, Place
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters
@@ -152,21 +152,6 @@ def place_arrays_near(store: MemoryStore, text_ids: Sequence[int], center: Posit
     if not text_ids or not layers:
         return PlaceArrays.empty()
     return store.place_cache.near(text_ids, center, radius, layers, three_d)
-
-
-def rows_within(rows: list[tuple], center: Position, radius: float, three_d: bool = False) -> list[tuple]:
-    """``within`` on raw place rows (the centroid is sum / count), same arithmetic."""
-    cx, cy, cz = center
-    r2 = radius * radius
-    out = []
-    for row in rows:
-        count = row[3]
-        d2 = (row[4] / count - cx) ** 2 + (row[5] / count - cy) ** 2
-        if three_d:
-            d2 += (row[6] / count - cz) ** 2
-        if d2 <= r2:
-            out.append(row)
-    return out
 
 
 def place_of_row(row: Sequence) -> Place:
