@@ -196,6 +196,19 @@ def test_deactivate_cleanup_configure_cycles_keep_the_data(runtime, clock, tmp_p
     assert (response.location.point.x, response.location.point.y) == pytest.approx((1.0, 2.0))
 
 
+def test_configure_builds_the_query_catalog_before_the_first_question(runtime, clock, tmp_path):
+    flat = flat_params(tmp_path / "m.db")
+    runtime.configure(flat)
+    runtime.on_odometry(odometry(START, 1.0, 2.0))
+    runtime.on_message("detections", detections(START, "red mug", "chair"))
+    runtime.deactivate()
+    runtime.cleanup()
+    runtime.configure(flat)  # a reboot onto yesterday's memory
+    assert runtime.wait_warm(timeout=30.0)
+    catalog = runtime.memory.tools.env.catalog
+    assert sorted(catalog.layers) == ["detections"] and catalog.size() == 2  # built with no query asked
+
+
 def test_timers_follow_the_periods(runtime, tmp_path):
     runtime.configure(flat_params(tmp_path / "m.db", flush_period=0.5, consolidation_period=30.0,
                                   archive_period=0.0, index_save_period=120.0))

@@ -31,6 +31,8 @@ from emem_ros.ros.pipeline import IngestOutcome, IngestPipeline
 __all__ = ["ConfigureError", "MemoryRuntime", "TimerSpec", "ODOMETRY_TYPE"]
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
+WARM_WAIT = 60.0
+"""Seconds cleanup waits for the configure-time catalog build before closing the store anyway."""
 
 
 class Log(Protocol):
@@ -72,6 +74,7 @@ class MemoryRuntime:
         self.odometry_type: Optional[type] = None
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()
+        self._warming: Optional[threading.Thread] = None
 
     @property
     def configured(self) -> bool:
@@ -105,7 +108,27 @@ class MemoryRuntime:
         with self._lock:
             self.params, self.memory, self.pipeline = params, memory, pipeline
             self.layer_types, self.odometry_type = layer_types, odometry_type
+        self._warming = threading.Thread(target=self._warm, args=(memory,), name="emem-warm", daemon=True)
+        self._warming.start()
         return params
+
+    def _warm(self, memory: Any) -> None:
+        """Build the tools' text catalog now: after a reboot onto a large memory (about 1.5 s at a
+        million observations) the first planner question should not be the one that waits for it."""
+        try:
+            memory.tools.warm()
+        except Exception as exc:  # the first query builds it instead; nothing is lost
+            if not getattr(memory, "closed", False):
+                self.log.warning(f"warming the memory's query catalog failed ({type(exc).__name__}: {exc}); "
+                                 "the first query will build it")
+
+    def wait_warm(self, timeout: Optional[float] = None) -> bool:
+        """True once the catalog built at configure is ready (or there is none to wait for)."""
+        thread = self._warming
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
 
     def _open(self, params: NodeParams) -> Any:
         build = self._build
@@ -127,6 +150,7 @@ class MemoryRuntime:
 
     def cleanup(self) -> None:
         """Close the memory (final flush, index save). State is cleared even if closing fails."""
+        self.wait_warm(WARM_WAIT)  # never close the store under the warming thread's feet
         with self._lock:
             memory, self.memory = self.memory, None
             self.params, self.pipeline = None, None
