@@ -363,7 +363,7 @@ def test_package_xml_is_an_ament_cmake_interface_package() -> None:
                   "visualization_msgs", "diagnostic_msgs", "lifecycle_msgs"}
     assert interfaces <= names("depend", "build_depend")
     assert interfaces | {"rclpy", "launch", "launch_ros", "rosidl_default_runtime", "python3-numpy",
-                         "python3-yaml", "python3-sklearn"} <= names("depend", "exec_depend")
+                         "python3-yaml", "python3-scipy"} <= names("depend", "exec_depend")
     assert {"ament_cmake_pytest", "launch_testing", "launch_testing_ros", "python3-pytest"} <= names("test_depend")
 
 

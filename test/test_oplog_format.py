@@ -242,3 +242,27 @@ def test_the_small_record_path_writes_the_same_bytes_as_the_general_one(monkeypa
         general = logcodec.encode_v2(statements)
         assert small is None or small == general
         assert logcodec.decode_v2(general) == statements
+
+
+def test_logs_with_the_numbered_experience_insert_still_replay(tmp_path):
+    """Older logs hold the ledger insert with ?1/?2 placeholders (deprecated in Python 3.12, refused in
+    3.14 when bound from a list); replaying one runs the plain-"?" statement to the same effect."""
+    import sqlite3
+    import warnings
+
+    from emem_ros.storage.oplog import Record, apply_record
+
+    legacy = logcodec.KNOWN_SQL[6]
+    assert "?1" in legacy and "?2" in legacy and logcodec.LEGACY_SQL[legacy] == logcodec.KNOWN_SQL[-1]
+    memory = Memory(config=MemoryConfig(db_path=str(tmp_path / "m.db"), flush_interval=0.0),
+                    embedding_provider=HashingEmbeddingProvider())
+    memory.close()
+    conn = sqlite3.connect(tmp_path / "m.db")
+    content = ('{"goal":"fetch the mug","action":"went to the kitchen","result":"door closed",'
+               '"reflection":"open the door first","tags":[],"stamp":5.0}')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        apply_record(conn, Record(1, [(legacy, ["exp-1", content], False)]))
+    assert conn.execute("SELECT id, goal, result, stamp FROM experiences").fetchall() == [
+        ("exp-1", "fetch the mug", "door closed", 5.0)]
+    conn.close()

@@ -41,12 +41,12 @@ APPLY_BATCH = 512
 _INSERT_SQL = (
     "INSERT INTO experiences(id, goal, action, result, reflection, success, tags, metadata,"
     " stamp, episode_id, x, y, z, supersedes)"
-    " SELECT ?1, json_extract(c, '$.goal'), json_extract(c, '$.action'), json_extract(c, '$.result'),"
+    " SELECT ?, json_extract(c, '$.goal'), json_extract(c, '$.action'), json_extract(c, '$.result'),"
     " json_extract(c, '$.reflection'), json_extract(c, '$.success'), json_extract(c, '$.tags'),"
     " NULLIF(json_extract(c, '$.metadata'), '{}'), json_extract(c, '$.stamp'),"
     " CAST(substr(json_extract(c, '$.episode'), 4) AS INTEGER), json_extract(c, '$.position[0]'),"
     " json_extract(c, '$.position[1]'), json_extract(c, '$.position[2]'), json_extract(c, '$.supersedes')"
-    " FROM (SELECT ?2 AS c) WHERE true"
+    " FROM (SELECT ? AS c) WHERE true"
     " ON CONFLICT(id) DO NOTHING"
 )
 # Index the record only if the INSERT just before added it: changes() is the row

@@ -119,7 +119,12 @@ KNOWN_SQL: tuple[str, ...] = (
     'INSERT INTO entities(name, entity_type, x, y, z, spread, first_seen, last_seen, sightings, confidence, layer, metadata, embedding) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)',
     'INSERT INTO edges(kind, src, dst, weight, updated) VALUES(?,?,?,?,?) ON CONFLICT(kind, src, dst) DO UPDATE SET weight = weight + excluded.weight, updated = excluded.updated',
     'UPDATE texts SET refs = refs - ? WHERE id = ?',
+    # The experiences insert again, with plain "?" placeholders: Python 3.12 deprecates (3.14 refuses)
+    # numbered ones bound from a list. Logs written before keep the entry above; see LEGACY_SQL.
+    "INSERT INTO experiences(id, goal, action, result, reflection, success, tags, metadata, stamp, episode_id, x, y, z, supersedes) SELECT ?, json_extract(c, '$.goal'), json_extract(c, '$.action'), json_extract(c, '$.result'), json_extract(c, '$.reflection'), json_extract(c, '$.success'), json_extract(c, '$.tags'), NULLIF(json_extract(c, '$.metadata'), '{}'), json_extract(c, '$.stamp'), CAST(substr(json_extract(c, '$.episode'), 4) AS INTEGER), json_extract(c, '$.position[0]'), json_extract(c, '$.position[1]'), json_extract(c, '$.position[2]'), json_extract(c, '$.supersedes') FROM (SELECT ? AS c) WHERE true ON CONFLICT(id) DO NOTHING",
 )
+LEGACY_SQL: dict[str, str] = {KNOWN_SQL[6]: KNOWN_SQL[-1]}
+"""Statements older logs hold, and what replaying them runs instead (same effect, same parameters)."""
 _KNOWN_INDEX = {sql: n for n, sql in enumerate(KNOWN_SQL)}
 _SMALL_LIST_HEAD = [bytes([_ONE]) + _P_VALUES + _T_LIST + _U32.pack(n) for n in range(4)]
 _KNOWN_FLAG = 0x80000000

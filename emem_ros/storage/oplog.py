@@ -310,6 +310,7 @@ class RecordingConnection:
 
 def apply_record(conn, record: Record) -> None:
     for sql, params, many in record.statements:
+        sql = logcodec.LEGACY_SQL.get(sql, sql)
         if many:
             conn.executemany(sql, params)
         else:

@@ -311,7 +311,8 @@ def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
     return Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=text, layer=g.layer,
                position=tuple(round(c, 3) for c in g.centroid), stamp=last, first_stamp=first,  # type: ignore
                episode_id=make_id(NodeKind.EPISODE, rep[0]) if rep[0] is not None else None,
-               count=count, count_is_lower_bound=not exact, distance=distance)
+               count=count, count_is_lower_bound=not exact,
+               distance=round(distance, 6))  # to the micrometre: numpy and per-place sums may differ in the last bit
 
 
 def area_gists(env: ToolEnv, f: Filters, n: int) -> list[Hit]:
