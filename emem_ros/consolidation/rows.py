@@ -160,29 +160,29 @@ class RowMemo:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         keys = conn.execute(sql, tuple(params)).fetchall()
-        missing = []
-        for obs_id, _, stamp, text_id in keys:
+        out: list[Optional[ObsRow]] = []
+        missing: list[int] = []
+        for obs_id, gist_id, stamp, text_id in keys:
             row = held.get(obs_id)
             if row is None or row.stamp != stamp or row.text_id != text_id:
                 missing.append(obs_id)
+                out.append(None)  # read below
+                continue
+            if row.gist_id != gist_id:
+                row.gist_id = gist_id
+            out.append(row)
         if 2 * len(missing) > len(keys):  # mostly new rows: one range read beats many id lookups
             return fetch_rows(conn, where, params, order, limit)
-        built: dict[int, ObsRow] = {}
-        for start in range(0, len(missing), 900):
-            clause, values = in_list("o.id", missing[start:start + 900])
-            built.update((r.id, r) for r in fetch_rows(conn, clause, values, order="o.id"))
-        out = []
-        for obs_id, gist_id, stamp, text_id in keys:
-            row = built.get(obs_id)
-            if row is None:
-                row = held.get(obs_id)
-                if row is None or row.stamp != stamp or row.text_id != text_id:
-                    continue  # gone between the two reads (archived meanwhile): as if read a moment later
-                if row.gist_id != gist_id:
-                    row.gist_id = gist_id
-            out.append(row)
+        if missing:
+            built: dict[int, ObsRow] = {}
+            for start in range(0, len(missing), 900):
+                clause, values = in_list("o.id", missing[start:start + 900])
+                built.update((r.id, r) for r in fetch_rows(conn, clause, values, order="o.id"))
+            # a row gone between the two reads (archived meanwhile) is left out: as if read a moment later
+            out = [row if row is not None else built.get(key[0]) for row, key in zip(out, keys)]
+            out = [row for row in out if row is not None]
         self.reused += len(keys) - len(missing)
-        return out
+        return out  # type: ignore[return-value]
 
     def _keep(self, rows: Sequence[ObsRow]) -> None:
         held = self._rows
@@ -243,11 +243,11 @@ def detection_labels(row: ObsRow) -> list[str]:
     detections under ``detections`` (each with one of those keys), or a text
     that is itself a short label or a comma list of them ("chair, table").
     """
-    return list(_labels(row.text, row.metadata_json))
+    return list(labels_of(row.text, row.metadata_json))
 
 
 @lru_cache(maxsize=65_536)
-def _labels(text: str, metadata_json: Optional[str]) -> tuple[str, ...]:
+def labels_of(text: str, metadata_json: Optional[str]) -> tuple[str, ...]:
     """Cached on the raw strings: a robot sends the same detection again and again."""
     try:
         meta = json.loads(metadata_json) if metadata_json else {}
@@ -280,9 +280,18 @@ def _labels_from(text: str, meta: dict[str, Any]) -> list[str]:
 
 
 def has_class_metadata(row: ObsRow) -> bool:
-    if not row.metadata_json:
+    return bool(row.metadata_json) and _names_classes(row.metadata_json)
+
+
+@lru_cache(maxsize=4096)
+def _names_classes(metadata_json: str) -> bool:
+    """Cached on the raw string, like ``labels_of``."""
+    try:
+        meta = json.loads(metadata_json)
+    except ValueError:
         return False
-    meta = row.metadata
+    if not isinstance(meta, dict):
+        return False
     return any(k in meta for k in _CLASS_KEYS) or any(isinstance(meta.get(k), list) for k in _LIST_KEYS)
 
 
