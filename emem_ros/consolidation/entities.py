@@ -120,6 +120,7 @@ _SIGNATURE = operator.attrgetter("source_type", "layer", "text", "metadata_json"
 """What decides a row's part in a visit's sightings (``_plan``)."""
 _SKIP = "skip"
 _FREE_TEXT = "free text"
+_ID, _STAMP, _CONFIDENCE = (operator.attrgetter(name) for name in ("id", "stamp", "confidence"))
 
 
 @dataclass
@@ -209,9 +210,9 @@ class Sighting:
         rows, self.rows = self.rows, []
         if not rows:
             return self
-        self.observation_ids.extend(r.id for r in rows)
-        stamps = [r.stamp for r in rows]
-        confidences = [r.confidence for r in rows]
+        self.observation_ids.extend(map(_ID, rows))
+        stamps = list(map(_STAMP, rows))
+        confidences = list(map(_CONFIDENCE, rows))
         self.first = min(self.first, min(stamps))
         self.last = max(self.last, max(stamps))
         self.confidence = max(self.confidence, max(confidences))

@@ -224,7 +224,8 @@ def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: C
     Drafting (the LLM calls) and writing alternate per batch, so the writer
     lock is held only for the inserts and a stopped run keeps what it already
     summarised. Stopping early skips ``finish`` (``completed`` is False), so
-    progress marks never pass unwritten work.
+    progress marks never pass unwritten work. (Writing a batch on a helper
+    thread while the next is drafted does not pay: the two fight over the GIL.)
     """
     store = memory.store
     out = WriteOutcome()
@@ -242,15 +243,13 @@ def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: C
         ids: list[int] = []
         with store.write() as conn:
             for item, vector in zip(visible, vectors):
-                gist_id = store.add_gist(
+                gist_id = store.add_gist(  # the readings are linked and promoted in the same statements
                     conn, text=item.text, centroid=item.centroid, radius=item.radius,
                     time_start=item.time_start, time_end=item.time_end,
                     observation_ids=item.observation_ids, layers=item.layers, embedding=vector,
-                    episode_id=item.episode_id, metadata=item.metadata, now=now,
+                    episode_id=item.episode_id, metadata=item.metadata, now=now, linked_ids=item.reading_ids,
                 )
                 ids.append(gist_id)
-                if item.reading_ids:
-                    promote(conn, item.reading_ids, now, gist_id)
             for item in batch:
                 if item.body_only:
                     promote(conn, item.reading_ids, now)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import re
 import sqlite3
 import threading
@@ -32,6 +33,8 @@ _LABEL_WORDS = 3
 _LABEL_CHARS = 40
 _INTEROCEPTION = SourceType.INTEROCEPTION.value
 _ODOMETRY = '"position_source":"odometry"'
+_TEXT_ID = operator.itemgetter(7)  # of a raw row (ROW_COLUMNS)
+_ID = operator.attrgetter("id")
 
 
 @dataclass(slots=True)
@@ -96,8 +99,10 @@ def fetch_rows(conn: sqlite3.Connection, where: str, params: Sequence[Any] = (),
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     raw = conn.execute(sql, tuple(params)).fetchall()
-    texts = _texts(conn, {r[7] for r in raw if r[7] is not None})
-    return [ObsRow(i, st, la, so, x, y, z, tid, texts.get(tid, "") if tid is not None else "", co, ep, va, me, fr, gi)
+    text_ids = set(map(_TEXT_ID, raw))
+    text_ids.discard(None)
+    text_of = _texts(conn, text_ids).get  # no text (None): ""
+    return [ObsRow(i, st, la, so, x, y, z, tid, text_of(tid, ""), co, ep, va, me, fr, gi)
             for i, st, la, so, x, y, z, tid, co, ep, va, me, fr, gi in raw]
 
 
@@ -189,7 +194,7 @@ class RowMemo:
         if len(rows) >= self.capacity:
             held.clear()
             rows = rows[len(rows) - self.capacity:]
-        held.update((row.id, row) for row in rows)
+        held.update(zip(map(_ID, rows), rows))
         excess = len(held) - self.capacity
         if excess > 0:  # the oldest read go first
             for obs_id in list(itertools.islice(held, excess)):
