@@ -611,7 +611,7 @@ class EntityExtractor:
             if state.key in claimed:
                 continue
             epos = state.position
-            measured = "object" in state.sources
+            measured = state.object.w > 0  # it has object positions ("object" in its sources)
             if pos is None or epos is None:
                 if pos is not None or epos is not None:
                     continue  # one is placed and the other is not: no evidence they are the same
