@@ -19,12 +19,15 @@ output labels that figure as extrapolated. By default both run in full.
     python bench/bench_consolidation.py                 # 55k, both in full (~1-2 minutes)
     python bench/bench_consolidation.py --emem-n 10000  # emem on a 10k prefix, extrapolated
     python bench/bench_consolidation.py --quick         # 5k each, seconds
+    python bench/bench_consolidation.py --repeat 5 --save  # ours 5 times (median shown), to bench/results/
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import logging
+import statistics
 import sqlite3
 import sys
 import tempfile
@@ -33,11 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
 from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
+from engines import machine_info  # noqa: E402
 from test.support.patrol import PatrolInfo, multi_room_patrol  # noqa: E402
 
 Row = tuple[Any, ...]  # (text, x, y, z, stamp, layer, source, conf, meta, value)
@@ -151,47 +157,73 @@ def main(argv: Optional[list[str]] = None) -> int:
                              "default: --n")
     parser.add_argument("--quick", action="store_true", help="5000 observations for both")
     parser.add_argument("--skip-emem", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of emem_ros, each on a fresh file; the median run is the one shown")
+    parser.add_argument("--save", action="store_true", help="write the output to bench/results/")
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     n = 5000 if args.quick else args.n
     emem_n = n if args.quick or args.emem_n is None else args.emem_n
     emem_n = min(emem_n, n)
+    lines: list[str] = []
 
+    def say(line: str = "") -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    say(f"bench_consolidation ({'quick' if args.quick else 'full'}) on {machine_info()}")
+    say()
     rows, info = build_stream(n, args.seed)
-    print(f"stream: {len(rows)} observations, {info.visits} room visits, "
-          f"{(info.end - info.start) / 3600:.1f} h of patrol, layers {info.layers}")
+    say(f"stream: {len(rows)} observations, {info.visits} room visits, "
+        f"{(info.end - info.start) / 3600:.1f} h of patrol, layers {info.layers}")
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bench-consolidation-") as tmp:
-        folder = Path(tmp)
-        ours = run_ours(rows, info.visits, folder, info.visit_spans)
+        runs = []
+        for k in range(max(1, args.repeat)):
+            folder = Path(tmp) / f"ours-{k}"
+            folder.mkdir()
+            runs.append(run_ours(rows, info.visits, folder, info.visit_spans))
+        runs.sort(key=lambda r: r.seconds)
+        ours = runs[(len(runs) - 1) // 2]
         results.append(ours)
-        print(f"emem_ros   {ours.seconds:8.2f} s  ({ours.detail})", flush=True)
+        spread = ""
+        if len(runs) > 1:
+            spread = (f"; median of {len(runs)} runs: {', '.join(f'{r.seconds:.2f}' for r in runs)} s, "
+                      f"mean {statistics.mean(r.seconds for r in runs):.2f} s")
+        say(f"emem_ros   {ours.seconds:8.2f} s  ({ours.detail}{spread})")
         if not args.skip_emem:
             prefix = rows[:emem_n]
+            folder = Path(tmp) / "emem"
+            folder.mkdir()
             peer = run_emem(prefix, visits_in(prefix, info), folder)
             if emem_n < n:
                 peer.extrapolated_seconds = peer.seconds * n / emem_n
             results.append(peer)
-            print(f"emem 0.3.0 {peer.seconds:8.2f} s on {emem_n} observations ({peer.detail})", flush=True)
+            say(f"emem 0.3.0 {peer.seconds:8.2f} s on {emem_n} observations ({peer.detail})")
 
-    print()
-    print(f"{'':12}{'observations':>13}{'room visits':>13}{'seconds':>11}{'gists':>8}{'entities':>10}")
+    say()
+    say(f"{'':12}{'observations':>13}{'room visits':>13}{'seconds':>11}{'gists':>8}{'entities':>10}")
     for r in results:
-        print(f"{r.name:12}{r.observations:>13}{r.visits:>13}{r.seconds:>11.2f}{r.gists:>8}{r.entities:>10}")
+        say(f"{r.name:12}{r.observations:>13}{r.visits:>13}{r.seconds:>11.2f}{r.gists:>8}{r.entities:>10}")
     if len(results) == 2:
         peer = results[1]
         if peer.extrapolated_seconds is not None:
-            print(f"{'emem (lin.)':12}{n:>13}{info.visits:>13}{peer.extrapolated_seconds:>11.1f}{'?':>8}{'?':>10}"
-                  "   <- emem time EXTRAPOLATED linearly from its prefix run (a lower bound: it grows faster)")
+            say(f"{'emem (lin.)':12}{n:>13}{info.visits:>13}{peer.extrapolated_seconds:>11.1f}{'?':>8}{'?':>10}"
+                "   <- emem time EXTRAPOLATED linearly from its prefix run (a lower bound: it grows faster)")
             peer_seconds, how = peer.extrapolated_seconds, "emem extrapolated"
         else:
             peer_seconds, how = peer.seconds, "both measured"
-        print(f"speed-up at n={n} ({how}): {peer_seconds / ours.seconds:.0f}x gists + entities, "
-              f"{peer_seconds / ours.gist_seconds:.0f}x gists alone (emem's run makes gists only: no LLM, no entities)")
-        print(f"gists vs room visits: emem_ros {ours.gists}/{ours.visits}, emem {peer.gists}/{peer.visits}")
+        say(f"speed-up at n={n} ({how}): {peer_seconds / ours.seconds:.0f}x gists + entities, "
+            f"{peer_seconds / ours.gist_seconds:.0f}x gists alone (emem's run makes gists only: no LLM, no entities)")
+        say(f"gists vs room visits: emem_ros {ours.gists}/{ours.visits}, emem {peer.gists}/{peer.visits}")
     if ours.matched_visits is not None:
-        print(f"emem_ros: {ours.matched_visits} of {ours.visits} visits hold the middle of exactly one gist")
+        say(f"emem_ros: {ours.matched_visits} of {ours.visits} visits hold the middle of exactly one gist")
+    if args.save:
+        out = HERE / "results" / f"consolidation-{datetime.date.today().isoformat()}{'-quick' if args.quick else ''}.txt"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text("\n".join(lines) + "\n")
+        print(f"saved {out}")
     return 0
 
 

@@ -73,80 +73,89 @@ class StreamClusters:
     """Earliest stamp of the open (deferred) part, if any."""
 
 
-def _sweep(order: Sequence[int], x: Sequence[float], y: Sequence[float], t: Sequence[float],
-           p: ClusterParams) -> tuple[list[list[int]], list[int]]:
-    """Stay segmentation of one time segment; returns (clusters in time order, trailing excursion).
+def _sweep(px: np.ndarray, py: np.ndarray, pt: np.ndarray, p: ClusterParams) -> tuple[list[int], int]:
+    """Stay segmentation of one time segment's placed points (arrays in time order).
+
+    Returns (bounds, run_start): cluster k is ``[bounds[k], bounds[k + 1])``
+    (the sweep only ever cuts the sequence, so every cluster is a contiguous
+    run of points) and ``[run_start, len(px))`` is the trailing excursion.
 
     Written as one flat loop over local variables: it visits every point of a
     run, so it is the part of consolidation whose cost grows with the stream.
+    (Testing blocks of points at once with numpy does not pay: a 3-D detection
+    of an object across the room starts an excursion every dozen points.)
     """
     eps2 = p.eps * p.eps
     max_extent2 = p.max_extent * p.max_extent
     max_size, min_samples, min_dwell = p.max_size, p.min_samples, p.min_dwell
-    clusters: list[list[int]] = []
-    members: list[int] = []
-    n = 0
-    sx = sy = 0.0
-    minx = miny = math.inf
-    maxx = maxy = -math.inf
-    run: list[int] = []
-    for i in order:
+    x, y, t = px.tolist(), py.tolist(), pt.tolist()
+    count = len(x)
+    bounds = [0]
+    n = 1
+    sx, sy = x[0], y[0]
+    minx = maxx = x[0]
+    miny = maxy = y[0]
+    box_ok = True  # the box is within max_extent
+    run = -1  # start of the excursion in progress, -1 when none
+    for i in range(1, count):
         xi = x[i]
         yi = y[i]
-        if n:
-            dx = xi - sx / n
-            dy = yi - sy / n
-            if dx * dx + dy * dy <= eps2:
-                if not run:  # the common case: still in this place
-                    lo_x = xi if xi < minx else minx
-                    hi_x = xi if xi > maxx else maxx
-                    lo_y = yi if yi < miny else miny
-                    hi_y = yi if yi > maxy else maxy
-                    if n < max_size and (hi_x - lo_x) ** 2 + (hi_y - lo_y) ** 2 <= max_extent2:
-                        members.append(i)
-                        n += 1
-                        sx += xi
-                        sy += yi
-                        minx, maxx, miny, maxy = lo_x, hi_x, lo_y, hi_y
-                        continue
-                    joining = [i]
-                else:  # back after an excursion: it was only a glance
-                    joining = run + [i]
-                    run = []
-                    xs = [x[j] for j in joining]
-                    ys = [y[j] for j in joining]
-                    lo_x, hi_x = min(minx, *xs), max(maxx, *xs)
-                    lo_y, hi_y = min(miny, *ys), max(maxy, *ys)
-                    if n + len(joining) <= max_size and (hi_x - lo_x) ** 2 + (hi_y - lo_y) ** 2 <= max_extent2:
-                        for j in joining:
-                            members.append(j)
-                            sx += x[j]
-                            sy += y[j]
-                        n += len(joining)
-                        minx, maxx, miny, maxy = lo_x, hi_x, lo_y, hi_y
-                        continue
-                clusters.append(members)  # too big or too wide: close it, the joiners start the next
-            else:
-                run.append(i)
-                if len(run) < min_samples or t[run[-1]] - t[run[0]] < min_dwell:
+        dx = xi - sx / n
+        dy = yi - sy / n
+        if dx * dx + dy * dy <= eps2:
+            if run < 0:  # still in this place
+                if box_ok and n < max_size and minx <= xi <= maxx and miny <= yi <= maxy:
+                    n += 1  # the most common case: inside the box, so its extent is unchanged
+                    sx += xi
+                    sy += yi
                     continue
-                clusters.append(members)  # the robot has left this place
-                joining, run = run, []
+                lo_x = xi if xi < minx else minx
+                hi_x = xi if xi > maxx else maxx
+                lo_y = yi if yi < miny else miny
+                hi_y = yi if yi > maxy else maxy
+                if n < max_size and (hi_x - lo_x) ** 2 + (hi_y - lo_y) ** 2 <= max_extent2:
+                    n += 1
+                    sx += xi
+                    sy += yi
+                    minx, maxx, miny, maxy = lo_x, hi_x, lo_y, hi_y
+                    box_ok = True
+                    continue
+                start = i
+            else:  # back after an excursion: it was only a glance
+                start, run = run, -1
+                xs = x[start:i + 1]
+                ys = y[start:i + 1]
+                lo_x, hi_x = min(minx, *xs), max(maxx, *xs)
+                lo_y, hi_y = min(miny, *ys), max(maxy, *ys)
+                if n + len(xs) <= max_size and (hi_x - lo_x) ** 2 + (hi_y - lo_y) ** 2 <= max_extent2:
+                    for j in range(start, i + 1):
+                        sx += x[j]
+                        sy += y[j]
+                    n += len(xs)
+                    minx, maxx, miny, maxy = lo_x, hi_x, lo_y, hi_y
+                    box_ok = True
+                    continue
+            # too big or too wide: close it, the joiners start the next
         else:
-            joining = [i]
-        members = list(joining)
-        n = len(joining)
-        xs = [x[j] for j in joining]
-        ys = [y[j] for j in joining]
+            if run < 0:
+                run = i
+            if i + 1 - run < min_samples or t[i] - t[run] < min_dwell:
+                continue
+            start, run = run, -1  # the robot has left this place
+        bounds.append(start)
+        xs = x[start:i + 1]
+        ys = y[start:i + 1]
+        n = len(xs)
         sx, sy = sum(xs), sum(ys)
         minx, maxx, miny, maxy = min(xs), max(xs), min(ys), max(ys)
-    if n:
-        clusters.append(members)
-    _refine_boundaries(clusters, x, y, max_size, p.max_extent)
-    return clusters, run
+        box_ok = (maxx - minx) ** 2 + (maxy - miny) ** 2 <= max_extent2  # joiners may span more
+    run_start = count if run < 0 else run
+    bounds.append(run_start)
+    _refine_boundaries(bounds, px, py, max_size, p.max_extent)
+    return bounds, run_start
 
 
-def _refine_boundaries(clusters: list[list[int]], x: Sequence[float], y: Sequence[float], max_size: int,
+def _refine_boundaries(bounds: list[int], px: np.ndarray, py: np.ndarray, max_size: int,
                        max_extent: float) -> None:
     """Move each boundary between consecutive places to its least-squares best position.
 
@@ -156,15 +165,15 @@ def _refine_boundaries(clusters: list[list[int]], x: Sequence[float], y: Sequenc
     that minimises the summed squared distance to the two centroids is the
     best change point; it is found in one pass with prefix sums.
     """
-    for k in range(1, len(clusters)):
-        joint = clusters[k - 1] + clusters[k]
-        m = len(joint)
+    for k in range(1, len(bounds) - 1):
+        lo, hi = bounds[k - 1], bounds[k + 1]
+        m = hi - lo
         if m < 4:
             continue
-        px = np.fromiter((x[i] for i in joint), dtype=np.float64, count=m)
-        py = np.fromiter((y[i] for i in joint), dtype=np.float64, count=m)
-        cx, cy = np.cumsum(px), np.cumsum(py)
-        cq = np.cumsum(px * px + py * py)
+        jx = px[lo:hi]
+        jy = py[lo:hi]
+        cx, cy = np.cumsum(jx), np.cumsum(jy)
+        cq = np.cumsum(jx * jx + jy * jy)
         left = np.arange(1, m, dtype=np.float64)  # sizes of the first part, split after index j-1
         right = m - left
         sse_left = cq[:-1] - (cx[:-1] ** 2 + cy[:-1] ** 2) / left
@@ -172,12 +181,12 @@ def _refine_boundaries(clusters: list[list[int]], x: Sequence[float], y: Sequenc
         sizes_ok = (left <= max_size) & (right <= max_size)
         cost = np.where(sizes_ok, sse_left + sse_right, np.inf)
         best = int(np.argmin(cost)) + 1
-        current = len(clusters[k - 1])
+        current = bounds[k] - lo
         if best == current or not cost[best - 1] < cost[current - 1] - 1e-9 * (1.0 + cost[current - 1]):
             continue  # no real improvement (ties: keep what the sweep decided)
-        if _extent(px[:best], py[:best]) > max_extent or _extent(px[best:], py[best:]) > max_extent:
+        if _extent(jx[:best], jy[:best]) > max_extent or _extent(jx[best:], jy[best:]) > max_extent:
             continue
-        clusters[k - 1], clusters[k] = joint[:best], joint[best:]
+        bounds[k] = lo + best
 
 
 def _extent(px: np.ndarray, py: np.ndarray) -> float:
@@ -210,21 +219,25 @@ def cluster_stream(stamps: Sequence[float], xs: Sequence[Optional[float]], ys: S
     if n == 0:
         return out
     t = np.asarray(stamps, dtype=np.float64)
+    x = np.asarray(xs, dtype=np.float64)  # None -> NaN
+    y = np.asarray(ys, dtype=np.float64)
     order = np.argsort(t, kind="stable")
     ts = t[order]
     cuts = np.flatnonzero(np.diff(ts) > params.time_gap) + 1
     bounds = [0, *cuts.tolist(), n]
-    x = [math.nan if v is None else float(v) for v in xs]
-    y = [math.nan if v is None else float(v) for v in ys]
+    has_position = ~(np.isnan(x) | np.isnan(y))
     tl = t.tolist()
-    order_l = order.tolist()
     for s in range(len(bounds) - 1):
-        seg = order_l[bounds[s]:bounds[s + 1]]
-        open_segment = horizon is not None and horizon - tl[seg[-1]] < params.time_gap
-        placed = [i for i in seg if x[i] == x[i] and y[i] == y[i]]  # NaN != NaN
-        if placed:
-            clusters, run = _sweep(placed, x, y, tl, params)
-            unplaced = [i for i in seg if not (x[i] == x[i] and y[i] == y[i])]
+        seg = order[bounds[s]:bounds[s + 1]]
+        open_segment = horizon is not None and horizon - tl[int(seg[-1])] < params.time_gap
+        placed = seg[has_position[seg]]
+        if placed.size:
+            cut, run_start = _sweep(x[placed], y[placed], t[placed], params)
+            members = placed.tolist()
+            clusters = [members[a:b] for a, b in zip(cut, cut[1:])]
+            run = members[run_start:]
+            unplaced = seg[~has_position[seg]].tolist()
+            mixed = bool(unplaced)  # the sweep's clusters are in time order already; these are not
             if unplaced:
                 starts = [tl[c[0]] for c in clusters]
                 k = 0
@@ -241,7 +254,8 @@ def cluster_stream(stamps: Sequence[float], xs: Sequence[Optional[float]], ys: S
             elif run:
                 clusters.append(run)  # left at the very end: a place of its own, or noise below
         else:
-            clusters = _time_only(seg, tl, params)
+            mixed = False
+            clusters = _time_only(seg.tolist(), tl, params)
             if open_segment:
                 tail = clusters.pop()
                 out.deferred.extend(tail)
@@ -249,7 +263,8 @@ def cluster_stream(stamps: Sequence[float], xs: Sequence[Optional[float]], ys: S
                 out.deferred_from = first if out.deferred_from is None else min(out.deferred_from, first)
         for c in clusters:
             if len(c) >= params.min_samples:
-                c.sort(key=tl.__getitem__)
+                if mixed:
+                    c.sort(key=tl.__getitem__)
                 out.clusters.append(c)
             else:
                 out.noise.extend(c)

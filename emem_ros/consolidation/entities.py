@@ -84,6 +84,7 @@ import functools
 import json
 import logging
 import math
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -95,7 +96,7 @@ import numpy as np
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
-from emem_ros.core.types import EdgeKind, NodeKind, make_id
+from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.memory import Memory
@@ -114,6 +115,12 @@ EDGE_SQL = (
     "INSERT INTO edges(kind, src, dst, weight, updated) VALUES(?,?,?,?,?)"
     " ON CONFLICT(kind, src, dst) DO UPDATE SET weight = weight + excluded.weight, updated = excluded.updated"
 )
+_INTEROCEPTION = SourceType.INTEROCEPTION.value
+_SIGNATURE = operator.attrgetter("source_type", "layer", "text", "metadata_json")
+"""What decides a row's part in a visit's sightings (``_plan``)."""
+_SKIP = "skip"
+_FREE_TEXT = "free text"
+_ID, _STAMP, _CONFIDENCE = (operator.attrgetter(name) for name in ("id", "stamp", "confidence"))
 
 
 @dataclass
@@ -172,38 +179,50 @@ class Moments:
 
 @dataclass
 class Sighting:
+    """One label seen in one visit; rows are collected first and folded once in ``close``."""
+
     name: str
     entity_type: Optional[str]
     layer: str
     place: Optional[tuple[float, float]]
     observation_ids: list[int] = field(default_factory=list)
     best_id: int = 0
-    best_key: tuple[float, float] = (-math.inf, -math.inf)
     first: float = math.inf
     last: float = -math.inf
     confidence: float = 0.0
     moments: Moments = field(default_factory=Moments)
     precise: bool = False
     text_id: Optional[int] = None
-    _points: list[tuple[float, float, float]] = field(default_factory=list, repr=False)
+    anchor: Optional[tuple[float, float]] = None
+    """The first position added: where 3-D rows of one label are split into instances (cheap and stable)."""
+    rows: list[ObsRow] = field(default_factory=list, repr=False)
 
     def add(self, row: ObsRow) -> None:
-        self.observation_ids.append(row.id)
-        key = (row.confidence, row.stamp)
-        if key >= self.best_key:
-            self.best_key, self.best_id = key, row.id
-        self.first = min(self.first, row.stamp)
-        self.last = max(self.last, row.stamp)
-        self.confidence = max(self.confidence, row.confidence)
-        if row.x is not None and row.y is not None:
-            self._points.append((row.x, row.y, row.z or 0.0))
+        if self.anchor is None and row.x is not None and row.y is not None:
+            self.anchor = (row.x, row.y)
+        self.rows.append(row)
 
     def close(self) -> "Sighting":
-        """Fold the collected points into the moments (one numpy call per sighting, not per row)."""
-        if self._points:
-            points = np.asarray(self._points, dtype=np.float64)
-            self.moments.merge(Moments(float(len(points)), points.sum(axis=0), float((points * points).sum())))
-            self._points = []
+        """Fold the collected rows into ids, times, confidence and moments (per sighting, not per row).
+
+        The best row is the most confident, latest on ties (the last of equal keys).
+        """
+        rows, self.rows = self.rows, []
+        if not rows:
+            return self
+        self.observation_ids.extend(map(_ID, rows))
+        stamps = list(map(_STAMP, rows))
+        confidences = list(map(_CONFIDENCE, rows))
+        self.first = min(self.first, min(stamps))
+        self.last = max(self.last, max(stamps))
+        self.confidence = max(self.confidence, max(confidences))
+        top = max(zip(confidences, stamps))
+        self.best_id = next(rows[k].id for k in range(len(rows) - 1, -1, -1)
+                            if confidences[k] == top[0] and stamps[k] == top[1])
+        points = [(r.x, r.y, r.z or 0.0) for r in rows if r.x is not None and r.y is not None]
+        if points:
+            array = np.asarray(points, dtype=np.float64)
+            self.moments.merge(Moments(float(len(array)), array.sum(axis=0), float((array * array).sum())))
         return self
 
     @property
@@ -333,6 +352,8 @@ class EntityExtractor:
         """Rows a time-window pass already read (shared with it; None: read everything)."""
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._text_names: OrderedDict[str, Optional[list[str]]] = OrderedDict()
+        self._row_labels: dict[tuple[str, Optional[str]], tuple[tuple[str, ...], bool]] = {}
+        """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._llm_failures = 0
 
     # ------------------------------------------------------------------ the run
@@ -403,36 +424,86 @@ class EntityExtractor:
 
     # ------------------------------------------------------------------ sightings
     def _sightings(self, rows: Sequence[ObsRow], kinds: dict[str, LayerKind], report: EntityReport) -> list[Sighting]:
+        """The visit's sightings: its rows grouped by label (and instance, for 3-D rows).
+
+        What a row contributes depends only on its kind, layer, text and
+        metadata, and a robot sends the same few of those again and again; so
+        it is worked out once per distinct one in the visit (``_plan``) and each
+        row is only filed.
+        """
         centroid, _ = geometry(rows)
         place = (centroid[0], centroid[1]) if centroid is not None else None
         groups: dict[tuple[str, bool], list[Sighting]] = {}
+        vague: dict[str, Sighting] = {}  # robot-pose sightings: one per label in a visit
         free_text: list[ObsRow] = []
-        for row in rows:
-            if row.is_reading:
+        plans: dict[tuple[Any, ...], Any] = {}
+        for row, signature in zip(rows, map(_SIGNATURE, rows)):
+            plan = plans.get(signature)
+            if plan is None:
+                plan = plans[signature] = self._plan(row, kinds, groups, vague, place)
+            if plan.__class__ is list:  # robot-pose labels: the lists their sightings collect
+                for collected in plan:
+                    collected.append(row)
+            elif plan is _SKIP:
                 continue
-            kind = kinds.get(row.layer)
-            if kind is LayerKind.LABELS:
-                precise = row.x is not None and not row.robot_pose
-                for label in dict.fromkeys(detection_labels(row)):
-                    self._group(groups, label, precise, row, place)
-            elif kind is LayerKind.TEXT and self.summarizer is not None:
+            elif plan is _FREE_TEXT:
                 free_text.append(row)
+            elif row.x is not None:  # labels of an object placed where it is
+                for label in plan:
+                    self._group(groups, label, True, row, place)
+            else:  # ... but this one has no position
+                for label in plan:
+                    self._vague(groups, vague, label, row, place).add(row)
         if free_text:
             self._text_sightings(free_text, place, groups, report)
+        if len(self._row_labels) > TEXT_CACHE:
+            self._row_labels.clear()
         out = [s.close() for items in groups.values() for s in items]
         out.sort(key=lambda s: (not s.precise, -len(s.observation_ids)))
         return out
 
+    def _plan(self, row: ObsRow, kinds: dict[str, LayerKind], groups: dict, vague: dict[str, Sighting],
+              place: Optional[tuple[float, float]]) -> Any:
+        """What rows like this one contribute: ``_SKIP``, ``_FREE_TEXT``, a tuple of labels (placed where
+        the object is) or, for robot-pose detections, the row lists of the sightings of their labels."""
+        if row.source_type == _INTEROCEPTION:
+            return _SKIP
+        kind = kinds.get(row.layer)
+        if kind is LayerKind.TEXT and self.summarizer is not None:
+            return _FREE_TEXT
+        if kind is not LayerKind.LABELS:
+            return _SKIP
+        key = (row.text, row.metadata_json)
+        found = self._row_labels.get(key)
+        if found is None:
+            found = self._row_labels[key] = (tuple(dict.fromkeys(detection_labels(row))), row.robot_pose)
+        labels, robot_pose = found
+        if not robot_pose:
+            return labels
+        return [self._vague(groups, vague, label, row, place).rows for label in labels]
+
+    def _vague(self, groups: dict, vague: dict[str, Sighting], label: str, row: ObsRow,
+               place: Optional[tuple[float, float]]) -> Sighting:
+        """The visit's robot-pose sighting of a label, made (from this row) when new."""
+        sighting = vague.get(label)
+        if sighting is None:
+            sighting = vague[label] = Sighting(
+                name=label, entity_type="object", layer=row.layer, place=place, precise=False,
+                text_id=row.text_id if row.text.strip().lower() == label else None)
+            groups.setdefault((label, False), []).append(sighting)
+        return sighting
+
     @staticmethod
     def _group(groups: dict, label: str, precise: bool, row: ObsRow, place: Optional[tuple[float, float]],
-               entity_type: Optional[str] = "object") -> None:
+               entity_type: Optional[str] = "object") -> Sighting:
+        """Add the row to its sighting (made when new); 3-D rows go to the instance within reach."""
         bucket = groups.setdefault((label, precise), [])
         target = None
         if precise and row.x is not None:
             best = INSTANCE_SEPARATION
             for s in bucket:
-                if s._points:
-                    fx, fy, _ = s._points[0]  # anchored at its first point: cheap and stable
+                if s.anchor is not None:
+                    fx, fy = s.anchor
                     d = math.hypot(fx - row.x, fy - row.y)
                     if d <= best:
                         best, target = d, s
@@ -443,6 +514,7 @@ class EntityExtractor:
                               text_id=row.text_id if row.text.strip().lower() == label else None)
             bucket.append(target)
         target.add(row)
+        return target
 
     def _text_sightings(self, rows: Sequence[ObsRow], place, groups: dict, report: EntityReport) -> None:
         """Names an LLM finds in free text, placed where the robot was (vague, like 2-D detections)."""
@@ -539,7 +611,7 @@ class EntityExtractor:
             if state.key in claimed:
                 continue
             epos = state.position
-            measured = "object" in state.sources
+            measured = state.object.w > 0  # it has object positions ("object" in its sources)
             if pos is None or epos is None:
                 if pos is not None or epos is not None:
                     continue  # one is placed and the other is not: no evidence they are the same

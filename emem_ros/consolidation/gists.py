@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from emem_ros.consolidation.state import (
     write_marks,
 )
 from emem_ros.consolidation.summaries import SummaryWriter, body_digest, digest
-from emem_ros.core.types import EpisodeStatus, NodeKind, Position, Tier, make_id
+from emem_ros.core.types import EpisodeStatus, NodeKind, Position, SourceType, Tier, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.memory import Memory
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 GISTS_PER_TRANSACTION = 32
 ROWS_PER_RUN = 100_000
 """Rows read per step of a run; a bigger backlog is worked through in steps."""
+_INTEROCEPTION = SourceType.INTEROCEPTION.value
+_EPISODE = operator.attrgetter("episode_id")
+_STAMP, _X, _Y = operator.attrgetter("stamp"), operator.attrgetter("x"), operator.attrgetter("y")
 
 
 @dataclass
@@ -120,10 +124,12 @@ def cluster_params(config: Any, *, min_samples: Optional[int] = None) -> Cluster
 
 def geometry(rows: Sequence[ObsRow]) -> tuple[Optional[Position], float]:
     """Centroid of the positioned rows and the planar radius that covers them."""
-    placed = [(r.x, r.y, r.z or 0.0) for r in rows if r.x is not None and r.y is not None]
-    if not placed:
+    x = np.array([r.x for r in rows], dtype=np.float64)  # None -> NaN (stored positions are finite)
+    y = np.array([r.y for r in rows], dtype=np.float64)
+    placed = ~(np.isnan(x) | np.isnan(y))
+    if not placed.any():
         return None, 0.0
-    points = np.asarray(placed, dtype=np.float64)
+    points = np.column_stack((x, y, [r.z or 0.0 for r in rows]))[placed]
     center = points.mean(axis=0)
     radius = float(np.sqrt(((points[:, :2] - center[:2]) ** 2).sum(axis=1)).max())
     return (float(center[0]), float(center[1]), float(center[2])), radius
@@ -145,7 +151,7 @@ def clusters_of(rows: Sequence[ObsRow], params: ClusterParams, per_layer: bool,
     deferred: list[ObsRow] = []
     deferred_from: Optional[float] = None
     for group in groups:
-        result = cluster_stream([r.stamp for r in group], [r.x for r in group], [r.y for r in group],
+        result = cluster_stream(list(map(_STAMP, group)), list(map(_X, group)), list(map(_Y, group)),
                                 params, horizon)
         clusters.extend([group[i] for i in c] for c in result.clusters)
         noise.extend(group[i] for i in result.noise)
@@ -165,12 +171,15 @@ def draft_gist(rows: Sequence[ObsRow], kinds: dict[str, LayerKind], writer: Summ
     text, layers and counts are what it perceived; body readings go to the
     metadata digest only. No LLM call and no summary for a body-only cluster.
     """
-    perceived = [r for r in rows if not r.is_reading]
-    readings = [r for r in rows if r.is_reading]
+    perceived: list[ObsRow] = []
+    readings: list[ObsRow] = []
+    for row in rows:
+        (readings if row.source_type == _INTEROCEPTION else perceived).append(row)
     centroid, radius = geometry(rows)
-    start, end = min(r.stamp for r in rows), max(r.stamp for r in rows)
+    stamps = [r.stamp for r in rows]
+    start, end = min(stamps), max(stamps)
     if episode_id is None:
-        episodes = {r.episode_id for r in rows}
+        episodes = set(map(_EPISODE, rows))
         episode_id = next(iter(episodes)) if len(episodes) == 1 else None
     reading_ids = [r.id for r in readings]
     if not perceived:
@@ -186,7 +195,7 @@ def draft_gist(rows: Sequence[ObsRow], kinds: dict[str, LayerKind], writer: Summ
         metadata["body"] = body_digest(readings)
     return GistDraft(
         observation_ids=[r.id for r in perceived], text=text, centroid=centroid, radius=radius,
-        time_start=start, time_end=end, layers=sorted({r.layer for r in perceived}),
+        time_start=start, time_end=end, layers=sorted(summary.counts),
         episode_id=episode_id, metadata=metadata, reading_ids=reading_ids,
     )
 
@@ -215,7 +224,8 @@ def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: C
     Drafting (the LLM calls) and writing alternate per batch, so the writer
     lock is held only for the inserts and a stopped run keeps what it already
     summarised. Stopping early skips ``finish`` (``completed`` is False), so
-    progress marks never pass unwritten work.
+    progress marks never pass unwritten work. (Writing a batch on a helper
+    thread while the next is drafted does not pay: the two fight over the GIL.)
     """
     store = memory.store
     out = WriteOutcome()
@@ -233,15 +243,13 @@ def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: C
         ids: list[int] = []
         with store.write() as conn:
             for item, vector in zip(visible, vectors):
-                gist_id = store.add_gist(
+                gist_id = store.add_gist(  # the readings are linked and promoted in the same statements
                     conn, text=item.text, centroid=item.centroid, radius=item.radius,
                     time_start=item.time_start, time_end=item.time_end,
                     observation_ids=item.observation_ids, layers=item.layers, embedding=vector,
-                    episode_id=item.episode_id, metadata=item.metadata, now=now,
+                    episode_id=item.episode_id, metadata=item.metadata, now=now, linked_ids=item.reading_ids,
                 )
                 ids.append(gist_id)
-                if item.reading_ids:
-                    promote(conn, item.reading_ids, now, gist_id)
             for item in batch:
                 if item.body_only:
                     promote(conn, item.reading_ids, now)

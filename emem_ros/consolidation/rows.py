@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import re
 import sqlite3
 import threading
@@ -32,6 +33,8 @@ _LABEL_WORDS = 3
 _LABEL_CHARS = 40
 _INTEROCEPTION = SourceType.INTEROCEPTION.value
 _ODOMETRY = '"position_source":"odometry"'
+_TEXT_ID = operator.itemgetter(7)  # of a raw row (ROW_COLUMNS)
+_ID = operator.attrgetter("id")
 
 
 @dataclass(slots=True)
@@ -96,8 +99,10 @@ def fetch_rows(conn: sqlite3.Connection, where: str, params: Sequence[Any] = (),
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     raw = conn.execute(sql, tuple(params)).fetchall()
-    texts = _texts(conn, {r[7] for r in raw if r[7] is not None})
-    return [ObsRow(i, st, la, so, x, y, z, tid, texts.get(tid, "") if tid is not None else "", co, ep, va, me, fr, gi)
+    text_ids = set(map(_TEXT_ID, raw))
+    text_ids.discard(None)
+    text_of = _texts(conn, text_ids).get  # no text (None): ""
+    return [ObsRow(i, st, la, so, x, y, z, tid, text_of(tid, ""), co, ep, va, me, fr, gi)
             for i, st, la, so, x, y, z, tid, co, ep, va, me, fr, gi in raw]
 
 
@@ -160,36 +165,36 @@ class RowMemo:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         keys = conn.execute(sql, tuple(params)).fetchall()
-        missing = []
-        for obs_id, _, stamp, text_id in keys:
+        out: list[Optional[ObsRow]] = []
+        missing: list[int] = []
+        for obs_id, gist_id, stamp, text_id in keys:
             row = held.get(obs_id)
             if row is None or row.stamp != stamp or row.text_id != text_id:
                 missing.append(obs_id)
+                out.append(None)  # read below
+                continue
+            if row.gist_id != gist_id:
+                row.gist_id = gist_id
+            out.append(row)
         if 2 * len(missing) > len(keys):  # mostly new rows: one range read beats many id lookups
             return fetch_rows(conn, where, params, order, limit)
-        built: dict[int, ObsRow] = {}
-        for start in range(0, len(missing), 900):
-            clause, values = in_list("o.id", missing[start:start + 900])
-            built.update((r.id, r) for r in fetch_rows(conn, clause, values, order="o.id"))
-        out = []
-        for obs_id, gist_id, stamp, text_id in keys:
-            row = built.get(obs_id)
-            if row is None:
-                row = held.get(obs_id)
-                if row is None or row.stamp != stamp or row.text_id != text_id:
-                    continue  # gone between the two reads (archived meanwhile): as if read a moment later
-                if row.gist_id != gist_id:
-                    row.gist_id = gist_id
-            out.append(row)
+        if missing:
+            built: dict[int, ObsRow] = {}
+            for start in range(0, len(missing), 900):
+                clause, values = in_list("o.id", missing[start:start + 900])
+                built.update((r.id, r) for r in fetch_rows(conn, clause, values, order="o.id"))
+            # a row gone between the two reads (archived meanwhile) is left out: as if read a moment later
+            out = [row if row is not None else built.get(key[0]) for row, key in zip(out, keys)]
+            out = [row for row in out if row is not None]
         self.reused += len(keys) - len(missing)
-        return out
+        return out  # type: ignore[return-value]
 
     def _keep(self, rows: Sequence[ObsRow]) -> None:
         held = self._rows
         if len(rows) >= self.capacity:
             held.clear()
             rows = rows[len(rows) - self.capacity:]
-        held.update((row.id, row) for row in rows)
+        held.update(zip(map(_ID, rows), rows))
         excess = len(held) - self.capacity
         if excess > 0:  # the oldest read go first
             for obs_id in list(itertools.islice(held, excess)):
@@ -243,11 +248,11 @@ def detection_labels(row: ObsRow) -> list[str]:
     detections under ``detections`` (each with one of those keys), or a text
     that is itself a short label or a comma list of them ("chair, table").
     """
-    return list(_labels(row.text, row.metadata_json))
+    return list(labels_of(row.text, row.metadata_json))
 
 
 @lru_cache(maxsize=65_536)
-def _labels(text: str, metadata_json: Optional[str]) -> tuple[str, ...]:
+def labels_of(text: str, metadata_json: Optional[str]) -> tuple[str, ...]:
     """Cached on the raw strings: a robot sends the same detection again and again."""
     try:
         meta = json.loads(metadata_json) if metadata_json else {}
@@ -280,9 +285,18 @@ def _labels_from(text: str, meta: dict[str, Any]) -> list[str]:
 
 
 def has_class_metadata(row: ObsRow) -> bool:
-    if not row.metadata_json:
+    return bool(row.metadata_json) and _names_classes(row.metadata_json)
+
+
+@lru_cache(maxsize=4096)
+def _names_classes(metadata_json: str) -> bool:
+    """Cached on the raw string, like ``labels_of``."""
+    try:
+        meta = json.loads(metadata_json)
+    except ValueError:
         return False
-    meta = row.metadata
+    if not isinstance(meta, dict):
+        return False
     return any(k in meta for k in _CLASS_KEYS) or any(isinstance(meta.get(k), list) for k in _LIST_KEYS)
 
 

@@ -17,10 +17,11 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Optional, Sequence
 
 from emem_ros.consolidation.readings import fmt_level, reading_level, same_quantity
-from emem_ros.consolidation.rows import LayerKind, ObsRow, detection_labels
+from emem_ros.consolidation.rows import LayerKind, ObsRow, labels_of
 from emem_ros.core.types import Position
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ ROOM_WORDS = (
 )
 _ROOM_PATTERN = re.compile(r"\b(" + "|".join(re.escape(w) for w in ROOM_WORDS) + r")\b", re.IGNORECASE)
 _NUMBER = re.compile(r"^(.*?)([+-]?\d+(?:\.\d+)?)(.*)$")
+_LABEL_SOURCE = attrgetter("text", "metadata_json")
 
 
 # ---------------------------------------------------------------------- small formatters
@@ -86,15 +88,27 @@ def _clip(text: str, limit: int) -> str:
 # ---------------------------------------------------------------------- parts of a digest
 def place_name(texts: Sequence[str]) -> Optional[str]:
     """The room word the free texts of a place mention most ("kitchen"), if any."""
-    found = [m.group(1).lower() for text in texts for m in _ROOM_PATTERN.finditer(text)]
-    return _ordered_counts(found)[0][0] if found else None
+    counts: dict[str, int] = {}  # room words in first-seen order; each distinct text is searched once
+    for text, n in Counter(texts).items():
+        for match in _ROOM_PATTERN.finditer(text):
+            word = match.group(1).lower()
+            counts[word] = counts.get(word, 0) + n
+    return max(counts.items(), key=lambda kv: kv[1])[0] if counts else None
 
 
 def label_line(rows: Sequence[ObsRow]) -> Optional[str]:
-    labels = [label for row in rows for label in detection_labels(row)]
-    if not labels:
+    """Labels counted over the rows, most frequent first (ties: first seen).
+
+    Rows are counted per distinct (text, metadata) first, in C: a robot sends
+    the same few detections over and over, so the labels are read once per kind.
+    """
+    counts: dict[str, int] = {}  # labels in first-seen order
+    for (text, metadata_json), n in Counter(map(_LABEL_SOURCE, rows)).items():
+        for label in labels_of(text, metadata_json):
+            counts[label] = counts.get(label, 0) + n
+    if not counts:
         return None
-    ordered = _ordered_counts(labels)
+    ordered = sorted(counts.items(), key=lambda kv: -kv[1])  # stable: ties keep first-seen order
     line = counted(ordered[:MAX_LABELS])
     if len(ordered) > MAX_LABELS:
         line += f" and {len(ordered) - MAX_LABELS} more"

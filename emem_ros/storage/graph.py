@@ -108,10 +108,13 @@ class GraphMixin:
     def add_gist(self, conn: sqlite3.Connection, *, text: str, centroid: Optional[Position], radius: float,
                  time_start: float, time_end: float, observation_ids: Sequence[int], layers: Sequence[str],
                  embedding: Optional[np.ndarray], episode_id: Optional[int] = None,
-                 metadata: Optional[dict] = None, now: Optional[float] = None) -> int:
+                 metadata: Optional[dict] = None, now: Optional[float] = None,
+                 linked_ids: Sequence[int] = ()) -> int:
         """Insert a gist inside the caller's write transaction and promote its sources.
 
-        Call ``index_gist`` after the transaction commits.
+        ``linked_ids`` (a visit's body readings) are linked and promoted with
+        them in the same statements but not counted as sources. Call
+        ``index_gist`` after the transaction commits.
         """
         now = time.time() if now is None else now
         cx, cy, cz = centroid if centroid is not None else (None, None, None)
@@ -124,7 +127,8 @@ class GraphMixin:
         )
         gist_id = int(cursor.lastrowid)
         conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
-        ids = [int(i) for i in observation_ids]
+        ids = list(map(int, observation_ids))
+        ids += map(int, linked_ids)
         for chunk in chunked(ids):
             conn.execute(
                 f"UPDATE observations SET gist_id=?, tier=?, tier_since=? WHERE id IN ({marks(len(chunk))})"
