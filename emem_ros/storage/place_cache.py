@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.storage.place_grid import CellGrid
 from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ class PlaceCache:
         self._layer_names: list[str] = []
         self._layer_code: dict[str, int] = {}
         self._by_text: dict[int, np.ndarray] = {}
+        self._grid: Optional[CellGrid] = None
+        """Rows per cell for ``nearest``: built on first use, extended by appends."""
         self.enabled = True
         """False when the places table is too big to mirror: queries go to SQLite instead."""
 
@@ -168,6 +171,7 @@ class PlaceCache:
         with self._lock:
             self._loaded = False
             self._cols, self._by_text, self._n = {}, {}, 0
+            self._grid = None
 
     def _ensure(self) -> None:
         keys, seq, epoch = self.changes.since(self._seq, self._epoch)
@@ -180,6 +184,7 @@ class PlaceCache:
     def _load_all(self) -> None:
         conn = self._store.reader()
         self._cols, self._by_text, self._n = {}, {}, 0
+        self._grid = None
         self._layer_names, self._layer_code = [], {}
         self.enabled = conn.execute("SELECT COUNT(*) FROM places").fetchone()[0] <= self._max_rows
         if self.enabled:
@@ -214,6 +219,8 @@ class PlaceCache:
                 added.setdefault(row[1], []).append(n + i)
         for text_id, positions in added.items():
             self._by_text[text_id] = np.concatenate([self._by_text[text_id], np.asarray(positions, np.int64)])
+        if self._grid is not None:
+            self._grid.add(np.arange(n, n + k, dtype=np.int64), fresh["cx"], fresh["cy"])
         self._n = n + k
 
     def _code(self, layer: str) -> int:
@@ -256,6 +263,7 @@ class PlaceCache:
         self._append(new)
         if self._n > self._max_rows:  # too big to mirror: SQLite answers from now on
             self._cols, self._by_text, self._n = {}, {}, 0
+            self._grid = None
             self.enabled = False
 
     def _positions(self, text_id: int) -> np.ndarray:
@@ -286,6 +294,18 @@ class PlaceCache:
             ok = at < self._n
             ok[ok] = held[at[ok]] == wanted[ok]
             return self._take(at[ok])
+
+    def nearest(self, center: tuple[float, float, float], k: int) -> Optional[PlaceArrays]:
+        """The rows ``by_id(store.place_ids_nearest(center, k))`` gives (horizontal distance), from the
+        cells around the point (``place_grid``); None when the R-tree must answer (see ``CellGrid.nearest``)."""
+        with self._lock:
+            self._ensure()
+            if not self.enabled or not self._n:
+                return None
+            if self._grid is None:
+                self._grid = CellGrid(self._cols["cx"][:self._n], self._cols["cy"][:self._n])
+            positions = self._grid.nearest(center[0], center[1], k, self._store.cell_size)
+            return None if positions is None else self._take(positions)
 
     def near(self, text_ids: Sequence[int], center: tuple[float, float, float], radius: float,
              layers: Sequence[str], three_d: bool = False) -> PlaceArrays:
