@@ -98,10 +98,11 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
     order = np.argsort(-weight)
     total = float(weight.sum())
     best = evidence.subset(labels == order[0])
+    centre = best.centre()
     names = texts_of(env.store, set(evidence.text_id.tolist()))
     score = {c.key: c.score for c in ranked}
     result = LocateResult(
-        concept=concept, position=best.centre(), radius=best.radius(env.store.cell_size),
+        concept=concept, position=centre, radius=best.radius(env.store.cell_size, centre),
         confidence=round(float(weight[order[0]]) / total, 3), count=int(best.count.sum()),
         last_stamp=float(best.last.max()), evidence=_evidence(env, best, names, score) if hits else [], now=now,
         elsewhere=[_place(evidence.subset(labels == k), names, float(weight[k]) / total, env.store.cell_size)
@@ -133,7 +134,9 @@ def _prefer_object_positions(env: ToolEnv, evidence: "_Evidence") -> tuple["_Evi
     if len(robot_layers) == len(layers):
         return evidence, ("no object position was measured for this: the place is where the robot stood "
                           "when it saw it, so the object may be a few metres away")
-    measured = ~np.isin(evidence.layer, robot_layers)
+    measured = np.ones(len(evidence.layer), dtype=bool)
+    for layer in robot_layers:  # a few layers: cheaper than np.isin, which sorts the object array
+        measured &= evidence.layer != layer
     return evidence.subset(measured), (
         f"placed by measured object positions; sightings in {', '.join(robot_layers)} "
         "(stored at the robot's pose) were left out of the estimate")
@@ -196,9 +199,9 @@ class _Evidence:
         c = (self.xyz * self.weight[:, None]).sum(axis=0) / self.weight.sum()
         return (round(float(c[0]), 3), round(float(c[1]), 3), round(float(c[2]), 3))
 
-    def radius(self, cell: float) -> float:
-        """Weighted RMS distance to the centre, plus half a cell (the grid's own blur)."""
-        c = np.asarray(self.centre()[:2])
+    def radius(self, cell: float, centre: Optional[tuple[float, float, float]] = None) -> float:
+        """Weighted RMS distance to the centre (``centre()``, unless given), plus half a cell (the grid's own blur)."""
+        c = np.asarray((centre or self.centre())[:2])
         spread = float((self.weight * ((self.xy - c) ** 2).sum(axis=1)).sum() / self.weight.sum())
         return round(math.sqrt(spread) + cell / 2, 2)
 
@@ -246,7 +249,8 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
 
 def _place(cluster: _Evidence, names: dict[int, str], share: float, cell: float) -> PlaceCluster:
     label = int(cluster.text_id[np.argmax(cluster.weight)])
-    return PlaceCluster(position=cluster.centre(), radius=cluster.radius(cell), weight=round(share, 3),
+    centre = cluster.centre()
+    return PlaceCluster(position=centre, radius=cluster.radius(cell, centre), weight=round(share, 3),
                         count=int(cluster.count.sum()), last_stamp=float(cluster.last.max()),
                         label=names.get(label, ""))
 
