@@ -184,3 +184,39 @@ def test_linked_labels_match_scipy_connected_components():
         assert np.array_equal(linked_labels(points, 1.0), expected)
     chain = np.column_stack([np.arange(400) * 0.9, np.zeros(400)])  # more rounds than propagation allows
     assert np.array_equal(components(chain, 1.0), np.zeros(400))
+
+
+def _assert_grid_matches_rtree(memory, seed: int) -> int:
+    """``PlaceCache.nearest`` gives the rows of the R-tree's k nearest (ties included) whenever it answers."""
+    store = memory.store
+    rng = random.Random(seed)
+    cell = store.cell_size
+    answered = 0
+    for _ in range(150):
+        if rng.random() < 0.4:  # on cell corners and edges, where box distances tie
+            center = (rng.randint(-4, 34) * cell, rng.randint(-4, 24) * cell + rng.choice([0.0, cell / 2]), 0.0)
+        else:
+            center = (rng.uniform(-3, 18), rng.uniform(-3, 13), 0.0)
+        for k in (1, 8, 64, 256, 1024):
+            got = store.place_cache.nearest(center, k)
+            if got is None:
+                continue
+            answered += 1
+            assert got.rows() == store.place_cache.by_id(store.place_ids_nearest(center, k).tolist()).rows()
+    return answered
+
+
+def test_grid_nearest_equals_the_rtree_after_load_writes_and_archival(tmp_path, clock):
+    memory = open_memory(tmp_path / "m.db", clock, archive_after_seconds=0)
+    _patrol(memory, clock, 1500)
+    assert _assert_grid_matches_rtree(memory, seed=1) > 300  # builds the grid
+    _patrol(memory, clock, 1500, seed=5)  # appends extend the grid
+    memory.add("a brand new thing", x=40.0, y=40.0, timestamp=clock.now, layer_name="detections")
+    memory.flush()
+    assert _assert_grid_matches_rtree(memory, seed=2) > 300
+    age_past_window(memory, clock)
+    memory.consolidate_time_window()
+    clock.now += 1
+    memory.archive()  # deletes places: the mirror and its grid are read again
+    _assert_grid_matches_rtree(memory, seed=3)
+    memory.close()

@@ -38,6 +38,17 @@ def test_first_seen_rank_numbers_keys_as_they_are_met():
     assert _first_seen_rank(text_id, layer, layer.tolist()).tolist() == expected
 
 
+def test_first_seen_rank_of_rows_sorted_by_key_numbers_the_runs():
+    rng = np.random.default_rng(6)
+    rows = sorted(zip(rng.integers(0, 12, size=400).tolist(),
+                      rng.choice(["scene", "detections", "objects3d"], size=400).tolist()))
+    text_id = np.asarray([t for t, _ in rows])
+    layer = np.asarray([l for _, l in rows], dtype=object)
+    rank: dict[tuple[int, str], int] = {}
+    expected = [rank.setdefault(key, len(rank)) for key in rows]
+    assert _first_seen_rank(text_id, layer, layer.tolist()).tolist() == expected
+
+
 def test_get_many_equals_get_per_text_under_a_window(make_memory, clock):
     memory = make_memory()
     start = clock.now

@@ -127,6 +127,7 @@ class Archiver:
             if dead:
                 store.vectors["texts"].remove([d[0] for d in dead])
                 store.forget_texts([text for _, text in dead])
+                store.text_names.forget([text_id for text_id, _ in dead])
             if place_ids:
                 store.places.delete(place_ids)
                 store.place_cache.changes.reset()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.storage.place_grid import CellGrid
 from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:
@@ -160,6 +161,10 @@ class PlaceCache:
         self._layer_names: list[str] = []
         self._layer_code: dict[str, int] = {}
         self._by_text: dict[int, np.ndarray] = {}
+        self._by_text_cell: dict[int, np.ndarray] = {}
+        """Per text, its rows in (layer name, cx, cy, cz) order: ``near``'s order without a sort per query."""
+        self._grid: Optional[CellGrid] = None
+        """Rows per cell for ``nearest``: built on first use, extended by appends."""
         self.enabled = True
         """False when the places table is too big to mirror: queries go to SQLite instead."""
 
@@ -168,6 +173,8 @@ class PlaceCache:
         with self._lock:
             self._loaded = False
             self._cols, self._by_text, self._n = {}, {}, 0
+            self._by_text_cell = {}
+            self._grid = None
 
     def _ensure(self) -> None:
         keys, seq, epoch = self.changes.since(self._seq, self._epoch)
@@ -180,6 +187,8 @@ class PlaceCache:
     def _load_all(self) -> None:
         conn = self._store.reader()
         self._cols, self._by_text, self._n = {}, {}, 0
+        self._by_text_cell = {}
+        self._grid = None
         self._layer_names, self._layer_code = [], {}
         self.enabled = conn.execute("SELECT COUNT(*) FROM places").fetchone()[0] <= self._max_rows
         if self.enabled:
@@ -214,6 +223,10 @@ class PlaceCache:
                 added.setdefault(row[1], []).append(n + i)
         for text_id, positions in added.items():
             self._by_text[text_id] = np.concatenate([self._by_text[text_id], np.asarray(positions, np.int64)])
+        for text_id in {row[1] for row in rows} & self._by_text_cell.keys():
+            del self._by_text_cell[text_id]
+        if self._grid is not None:
+            self._grid.add(np.arange(n, n + k, dtype=np.int64), fresh["cx"], fresh["cy"])
         self._n = n + k
 
     def _code(self, layer: str) -> int:
@@ -256,6 +269,8 @@ class PlaceCache:
         self._append(new)
         if self._n > self._max_rows:  # too big to mirror: SQLite answers from now on
             self._cols, self._by_text, self._n = {}, {}, 0
+            self._by_text_cell = {}
+            self._grid = None
             self.enabled = False
 
     def _positions(self, text_id: int) -> np.ndarray:
@@ -263,6 +278,20 @@ class PlaceCache:
         if positions is None:
             positions = np.nonzero(self._cols["text_id"][:self._n] == text_id)[0] if self._n else np.empty(0, np.int64)
             self._by_text[text_id] = positions
+        return positions
+
+    def _cell_ordered(self, text_id: int) -> np.ndarray:
+        """The text's rows by (layer name, cx, cy, cz), the unique index's order: a place never changes
+        its key, so the order holds until the text gets new rows (``_append`` drops it then)."""
+        positions = self._by_text_cell.get(text_id)
+        if positions is None:
+            positions = self._positions(text_id)
+            if len(positions) > 1:
+                cols = self._cols
+                name_rank = np.argsort(np.argsort(np.asarray(self._layer_names, dtype=object)))
+                positions = positions[np.lexsort((cols["cz"][positions], cols["cy"][positions],
+                                                  cols["cx"][positions], name_rank[cols["layer_code"][positions]]))]
+            self._by_text_cell[text_id] = positions
         return positions
 
     def _take(self, positions: np.ndarray) -> PlaceArrays:
@@ -286,6 +315,18 @@ class PlaceCache:
             ok = at < self._n
             ok[ok] = held[at[ok]] == wanted[ok]
             return self._take(at[ok])
+
+    def nearest(self, center: tuple[float, float, float], k: int) -> Optional[PlaceArrays]:
+        """The rows ``by_id(store.place_ids_nearest(center, k))`` gives (horizontal distance), from the
+        cells around the point (``place_grid``); None when the R-tree must answer (see ``CellGrid.nearest``)."""
+        with self._lock:
+            self._ensure()
+            if not self.enabled or not self._n:
+                return None
+            if self._grid is None:
+                self._grid = CellGrid(self._cols["cx"][:self._n], self._cols["cy"][:self._n])
+            positions = self._grid.nearest(center[0], center[1], k, self._store.cell_size)
+            return None if positions is None else self._take(positions)
 
     def near(self, text_ids: Sequence[int], center: tuple[float, float, float], radius: float,
              layers: Sequence[str], three_d: bool = False) -> PlaceArrays:
@@ -311,10 +352,10 @@ class PlaceCache:
                 code = self._layer_code.get(name)
                 if code is not None:
                     rank[code] = i
-            # All the texts' rows at once (one filter, one sort): the same rows in the same order as
-            # per text, since (text, layer rank, cx, cy, cz) is unique, so the sort has no ties.
+            # All the texts' rows at once, each text's already in (layer name, cx, cy, cz) order: the
+            # filters keep that order, which is the SQL's (text, layer, cx, cy, cz).
             wanted = sorted(set(int(t) for t in text_ids))
-            parts = [self._positions(t) for t in wanted]
+            parts = [self._cell_ordered(t) for t in wanted]
             pos = np.concatenate(parts) if parts else np.empty(0, np.int64)
             if not len(pos):
                 return PlaceArrays.empty()
@@ -329,11 +370,7 @@ class PlaceCache:
             d2 = (cols["sx"][pos] / count - cx) ** 2 + (cols["sy"][pos] / count - cy) ** 2
             if three_d:
                 d2 = d2 + (cols["sz"][pos] / count - cz) ** 2
-            pos = pos[d2 <= r2]
-            if len(pos) > 1:
-                pos = pos[np.lexsort((cols["cz"][pos], cols["cy"][pos], cols["cx"][pos],
-                                      rank[cols["layer_code"][pos]], cols["text_id"][pos]))]
-            return self._take(pos)
+            return self._take(pos[d2 <= r2])
 
     def of_texts(self, text_ids: Sequence[int], layer: Optional[str] = None, after: Optional[float] = None,
                  before: Optional[float] = None) -> PlaceArrays:

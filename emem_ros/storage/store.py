@@ -42,6 +42,7 @@ from emem_ros.storage.model_check import ModelCheckMixin
 from emem_ros.storage.observation_reads import OBSERVATION_COLUMNS, ObservationReadsMixin
 from emem_ros.storage.oplog import OpLog
 from emem_ros.storage.place_cache import PlaceCache
+from emem_ros.storage.text_names import TextNames
 from emem_ros.storage.records import EmbedFn, NewObservation, Place, WriteReport
 from emem_ros.storage.schema import migrate
 from emem_ros.storage.transactions import TransactionsMixin
@@ -100,6 +101,8 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self._text_cache = TextCache(config.embedding_cache_size)
         self.place_cache = PlaceCache(self)
         """Places per text for the spatial tools; told after each commit which cells changed."""
+        self.text_names = TextNames(self)
+        """id -> text of the texts answers name (archival tells it which rows it deleted)."""
         self._touched_places: list = []
         self._deferred: list[tuple[int, list]] = []  # (seq, statements) logged, not yet in SQLite
         self._stale: set[str] = set()  # derived indexes that missed rows after a commit

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
 from emem_ros.storage.place_cache import PlaceArrays, rows_within
@@ -358,11 +358,6 @@ class Aggregator:
         return out
 
 
-def texts_of(store: MemoryStore, text_ids: Sequence[int]) -> dict[int, str]:
-    out: dict[int, str] = {}
-    ids = list(text_ids)
-    for start in range(0, len(ids), 900):
-        chunk = ids[start : start + 900]
-        marks = ",".join("?" * len(chunk))
-        out.update(store.reader().execute(f"SELECT id, text FROM texts WHERE id IN ({marks})", chunk))
-    return out
+def texts_of(store: MemoryStore, text_ids: Iterable[int]) -> dict[int, str]:
+    """id -> text of the ids that exist (``MemoryStore.text_names``: each name is read from SQLite once)."""
+    return store.text_names.get(text_ids)

@@ -51,6 +51,7 @@ class MemoryTools:
     def invalidate_caches(self) -> None:
         """Call after rows were archived or deleted: the catalog is rebuilt on the next query."""
         self.env.catalog.invalidate()
+        self.env.store.text_names.clear()
 
     def warm(self) -> None:
         """Build the catalog now (a node can call this at start instead of on its first query)."""

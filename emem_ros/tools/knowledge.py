@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from emem_ros.core.types import Entity, NodeKind, Position, make_id
+from emem_ros.core.types import Entity, Position
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters, area
 from emem_ros.tools.ranking import fuse, gist_hit
@@ -108,17 +108,14 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
                     found[entity.id] = entity
                     scores[entity.id] = sim
     elif center is not None:
-        # Up to 200 candidates are ranked by distance, n are shown: parse only those n.
-        cands = conn.execute(f"SELECT e.id, e.x, e.y FROM entities e WHERE {' AND '.join(where)} ORDER BY {order}"
+        # Up to 200 candidates are ranked by distance, n are shown: parse only those n (the rows come
+        # whole in the one query: a second one by id cost more than the columns).
+        cands = conn.execute(f"SELECT {columns} FROM entities e WHERE {' AND '.join(where)} ORDER BY {order}"
                              f" LIMIT ?", (*params, max(n, 200))).fetchall()
-        cands.sort(key=lambda r: math.hypot(r[1] - center[0], r[2] - center[1]))  # stable, like hits.sort below
-        chosen = [r[0] for r in cands[:n]]
-        if chosen:
-            by_id = {e.id: e for e in env.store.get_entities(chosen)}
-            for number in chosen:
-                entity = by_id.get(make_id(NodeKind.ENTITY, number))
-                if entity is not None:
-                    found[entity.id] = entity
+        cands.sort(key=lambda r: math.hypot(r[3] - center[0], r[4] - center[1]))  # stable, like hits.sort below
+        for row in cands[:n]:
+            entity = env.store.entity_from_row(row)
+            found[entity.id] = entity
     else:
         rows = conn.execute(f"SELECT {columns} FROM entities e WHERE {' AND '.join(where)} ORDER BY {order}"
                             f" LIMIT ?", (*params, n)).fetchall()

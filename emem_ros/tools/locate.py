@@ -67,7 +67,9 @@ def locate(env: ToolEnv, concept: Any, n_results: Any = 10, layer: Any = None, t
     return located.result
 
 
-def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Located:
+def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bool = True) -> _Located:
+    """The located place; ``hits=False`` leaves ``evidence`` empty (recall shows only the place, the other
+    places and its own matches, and listing the evidence costs a query and a pass per text)."""
     agg = Aggregator(env.store, env.catalog, f)
     vector = env.query_vector(concept)
     text_v, text_k = env.texts.rank(concept, vector, agg, max(2 * n, 10), env.config.similarity_floor,
@@ -79,7 +81,8 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Loca
     relevance = _relevance(env, vector, ranked)
     evidence = _Evidence.load(env, relevance, f)
     if evidence is None:
-        empty.evidence = text_hits(env.store, agg, ranked[:3])
+        if hits:
+            empty.evidence = text_hits(env.store, agg, ranked[:3])
         return _Located(empty, ranked, agg)
     capped = evidence.capped
     evidence, position_note = _prefer_object_positions(env, evidence)
@@ -95,12 +98,13 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float) -> _Loca
     order = np.argsort(-weight)
     total = float(weight.sum())
     best = evidence.subset(labels == order[0])
+    centre = best.centre()
     names = texts_of(env.store, set(evidence.text_id.tolist()))
     score = {c.key: c.score for c in ranked}
     result = LocateResult(
-        concept=concept, position=best.centre(), radius=best.radius(env.store.cell_size),
+        concept=concept, position=centre, radius=best.radius(env.store.cell_size, centre),
         confidence=round(float(weight[order[0]]) / total, 3), count=int(best.count.sum()),
-        last_stamp=float(best.last.max()), evidence=_evidence(env, best, names, score), now=now,
+        last_stamp=float(best.last.max()), evidence=_evidence(env, best, names, score) if hits else [], now=now,
         elsewhere=[_place(evidence.subset(labels == k), names, float(weight[k]) / total, env.store.cell_size)
                    for k in order[1: 1 + OTHER_PLACES]])
     if position_note:
@@ -130,7 +134,9 @@ def _prefer_object_positions(env: ToolEnv, evidence: "_Evidence") -> tuple["_Evi
     if len(robot_layers) == len(layers):
         return evidence, ("no object position was measured for this: the place is where the robot stood "
                           "when it saw it, so the object may be a few metres away")
-    measured = ~np.isin(evidence.layer, robot_layers)
+    measured = np.ones(len(evidence.layer), dtype=bool)
+    for layer in robot_layers:  # a few layers: cheaper than np.isin, which sorts the object array
+        measured &= evidence.layer != layer
     return evidence.subset(measured), (
         f"placed by measured object positions; sightings in {', '.join(robot_layers)} "
         "(stored at the robot's pose) were left out of the estimate")
@@ -177,7 +183,7 @@ class _Evidence:
         count = places.count
         text_id = places.text_id
         xyz = np.column_stack([places.sx / count, places.sy / count, places.sz / count])
-        rel = np.array([relevance[t] for t in text_id.tolist()], dtype=np.float64)
+        rel = _lookup(relevance, text_id)
         weight = rel * (1.0 + np.log(count)) * _recency(text_id, places.last, env.config.recency_halflife)
         evidence = cls(text_id, places.layer, xyz, count, places.first, places.last, places.last_obs, weight,
                        tuple(window.capped))
@@ -193,11 +199,19 @@ class _Evidence:
         c = (self.xyz * self.weight[:, None]).sum(axis=0) / self.weight.sum()
         return (round(float(c[0]), 3), round(float(c[1]), 3), round(float(c[2]), 3))
 
-    def radius(self, cell: float) -> float:
-        """Weighted RMS distance to the centre, plus half a cell (the grid's own blur)."""
-        c = np.asarray(self.centre()[:2])
+    def radius(self, cell: float, centre: Optional[tuple[float, float, float]] = None) -> float:
+        """Weighted RMS distance to the centre (``centre()``, unless given), plus half a cell (the grid's own blur)."""
+        c = np.asarray((centre or self.centre())[:2])
         spread = float((self.weight * ((self.xy - c) ** 2).sum(axis=1)).sum() / self.weight.sum())
         return round(math.sqrt(spread) + cell / 2, 2)
+
+
+def _lookup(values: dict[int, float], keys: np.ndarray) -> np.ndarray:
+    """``np.array([values[k] for k in keys])`` for keys that are all in ``values``, without a Python loop."""
+    known = np.fromiter(values, dtype=np.int64, count=len(values))
+    order = np.argsort(known)
+    weights = np.fromiter(values.values(), dtype=np.float64, count=len(values))[order]
+    return weights[np.searchsorted(known[order], keys)]
 
 
 def _recency(text_id: np.ndarray, last: np.ndarray, halflife: float) -> np.ndarray:
@@ -235,7 +249,8 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
 
 def _place(cluster: _Evidence, names: dict[int, str], share: float, cell: float) -> PlaceCluster:
     label = int(cluster.text_id[np.argmax(cluster.weight)])
-    return PlaceCluster(position=cluster.centre(), radius=cluster.radius(cell), weight=round(share, 3),
+    centre = cluster.centre()
+    return PlaceCluster(position=centre, radius=cluster.radius(cell, centre), weight=round(share, 3),
                         count=int(cluster.count.sum()), last_stamp=float(cluster.last.max()),
                         label=names.get(label, ""))
 
@@ -246,7 +261,7 @@ def recall(env: ToolEnv, query: Any, n_results: Any = 10, radius_multiplier: Any
     n = env.count(n_results)
     multiplier = env.positive(radius_multiplier, "radius_multiplier", 1.5)
     now = env.prepare()
-    located = _locate(env, query, Filters(), n, now)
+    located = _locate(env, query, Filters(), n, now, hits=False)
     matches = text_hits(env.store, located.agg, located.ranked[: min(n, 5)])
     where = located.result
     if where.position is None or where.radius is None:

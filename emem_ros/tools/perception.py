@@ -96,7 +96,7 @@ def nearby_hits(env: ToolEnv, f: Filters, n: int, three_d: bool = False, gists: 
     if f.timed:
         near = near.take(np.nonzero((near.first <= f.hi) & (near.last >= f.lo))[0])  # f.overlaps
     if len(near) > SMALL:
-        ranked, spots = _rank_many(near, f.center, three_d)
+        ranked, spots = _rank_many(near, f.center, three_d, bounds=f.timed)
     else:
         groups = group_places([place_of_row(r) for r in near.rows()])
         ranked = sorted(((_distance(g.centroid, f.center, three_d), -g.last, i) for i, g in enumerate(groups)))
@@ -121,7 +121,7 @@ class _Spot:
     __slots__ = ("text_id", "layer", "count", "centroid", "first", "last", "newest_obs_id", "bounds")
 
     def __init__(self, text_id: int, layer: str, count: int, centroid: Position, first: float, last: float,
-                 newest_obs_id: int, bounds: tuple[float, float, float, float]) -> None:
+                 newest_obs_id: int, bounds: Optional[tuple[float, float, float, float]]) -> None:
         self.text_id, self.layer, self.count, self.centroid = text_id, layer, count, centroid
         self.first, self.last, self.newest_obs_id, self.bounds = first, last, newest_obs_id, bounds
 
@@ -133,12 +133,15 @@ class _Spot:
                    (min(xs), max(xs), min(ys), max(ys)))
 
 
-def _rank_many(places: PlaceArrays, center: Position, three_d: bool) -> tuple[list[tuple], list[_Spot]]:
+def _rank_many(places: PlaceArrays, center: Position, three_d: bool,
+               bounds: bool = True) -> tuple[list[tuple], list[_Spot]]:
     """``group_places`` + the (distance, -last, index) ranking of ``nearby_hits``, on arrays.
 
     Hundreds of places around a busy spot: the group statistics come from
     numpy, summed in the same order as ``Group``'s, so every number (and
-    hence the ranking) is the one the Place-by-Place path gives.
+    hence the ranking) is the one the Place-by-Place path gives. A spot's
+    bounding box is only read under a time window (``_group_hit``); without
+    one (``bounds=False``) it is left out.
     """
     n_rows = len(places)
     text_ids, layers = places.text_id.tolist(), places.layer.tolist()
@@ -163,13 +166,16 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool) -> tuple[li
     newest = np.full(groups, n_rows, dtype=np.int64)  # Group.newest: first place with the latest stamp
     at_last = last == g_last[labels]
     np.minimum.at(newest, labels[at_last], row_index[at_last])
-    bounds = []
-    for axis in (0, 1):
-        low = np.full(groups, np.inf)
-        high = np.full(groups, -np.inf)
-        np.minimum.at(low, labels, centroid[:, axis])
-        np.maximum.at(high, labels, centroid[:, axis])
-        bounds.append((low.tolist(), high.tolist()))
+    boxes: Optional[list[tuple[float, float, float, float]]] = None
+    if bounds:
+        sides = []
+        for axis in (0, 1):
+            low = np.full(groups, np.inf)
+            high = np.full(groups, -np.inf)
+            np.minimum.at(low, labels, centroid[:, axis])
+            np.maximum.at(high, labels, centroid[:, axis])
+            sides += [low.tolist(), high.tolist()]
+        boxes = list(zip(*sides))
     means, lasts, positions = mean.tolist(), g_last.tolist(), position.tolist()
     ranked = sorted((_distance(tuple(means[g]), center, three_d), -lasts[g], positions[g]) for g in range(groups))
     label_at = [0] * groups
@@ -182,8 +188,7 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool) -> tuple[li
         g = label_at[pos]
         row = first_rows[g]
         spots.append(_Spot(text_ids[row], layers[row], int(totals_list[g]), tuple(means[g]), firsts[g], lasts[g],
-                           last_obs[newest_rows[g]],
-                           (bounds[0][0][g], bounds[0][1][g], bounds[1][0][g], bounds[1][1][g])))
+                           last_obs[newest_rows[g]], boxes[g] if boxes is not None else None))
     return ranked, spots
 
 
@@ -191,8 +196,15 @@ def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: list[st
     """Per row, the rank of its (text, layer) key in order of first appearance (0, 1, ... as met).
 
     The same numbers as ``rank.setdefault(key, len(rank))`` row by row, from a few array calls:
-    a dense area has hundreds of places and only a handful of layers.
+    a dense area has hundreds of places and only a handful of layers. Rows sorted by (text, layer),
+    as ``PlaceCache.near`` gives them, hold each key in one run: the rank is then the run's number.
     """
+    if len(text_id) > 1:
+        same_text = text_id[1:] == text_id[:-1]
+        if (text_id[1:] >= text_id[:-1]).all() and (layer[1:][same_text] >= layer[:-1][same_text]).all():
+            run = np.zeros(len(text_id), dtype=np.int64)
+            np.cumsum(~same_text | (layer[1:] != layer[:-1]), out=run[1:])
+            return run
     code = np.zeros(len(layer), dtype=np.int64)
     names = sorted(set(layer_list))
     for i, name in enumerate(names[1:], 1):
@@ -230,8 +242,12 @@ def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> PlaceArrays
     cell = env.store.cell_size
     center = np.asarray(f.center[:3] if three_d else f.center[:2], dtype=np.float64)
     while True:
-        ids = env.store.place_ids_nearest(f.center, k, three_d)
-        fetched = place_rows_by_id(env.store, ids.tolist())
+        # The R-tree's answer; on the plane, the place cache's grid gives the same rows without it.
+        fetched = None if three_d else env.store.place_cache.nearest(f.center, k)
+        listed = len(fetched) if fetched is not None else 0
+        if fetched is None:
+            ids = env.store.place_ids_nearest(f.center, k, three_d)
+            fetched, listed = place_rows_by_id(env.store, ids.tolist()), len(ids)
         # Place-by-Place, this was: within the circle, then layer and time, then sorted by distance
         # (stably: the R-tree does not sort). Same arithmetic on columns.
         count = fetched.count
@@ -247,7 +263,7 @@ def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> PlaceArrays
         by_distance = chosen[np.argsort(distance, kind="stable")]
         texts_in_order = fetched.text_id[by_distance].tolist()
         found = list(dict.fromkeys(texts_in_order))
-        if len(ids) < k or int(inside.sum()) < len(fetched) and len(found) < n:
+        if listed < k or int(inside.sum()) < len(fetched) and len(found) < n:
             return place_arrays_near(env.store, found, f.center, f.radius, layers, three_d)
         if len(found) >= n:
             # The R-tree returns whole cells nearest first (ties included), so every place not read
@@ -286,6 +302,7 @@ def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
     count, exact, first, last = g.count, True, g.first, g.last
     obs_id = g.newest_obs_id
     if f.timed and not f.covers(first, last):
+        assert g.bounds is not None  # _rank_many keeps them under a time window
         min_x, max_x, min_y, max_y = g.bounds
         half = env.store.cell_size
         lo, hi = max(f.lo, first), min(f.hi, last)
@@ -320,7 +337,7 @@ def area_gists(env: ToolEnv, f: Filters, n: int) -> list[Hit]:
     where, params = env.gists.predicates(f)
     rows = env.store.reader().execute(
         f"SELECT g.id FROM gists g WHERE {where} ORDER BY g.time_end DESC LIMIT ?", (*params, n)).fetchall()
-    gists = [g for g in env.store.get_gists([r[0] for r in rows]) if not env.gists.is_body_only(g)]
+    gists = env.gists.perceptual([r[0] for r in rows])
     out = []
     for g in gists:
         d = None
@@ -468,4 +485,4 @@ def _window_gists(env: ToolEnv, f: Filters, n: int, newest: bool) -> list[Hit]:
     rows = env.store.reader().execute(
         f"SELECT g.id FROM gists g WHERE {where} ORDER BY g.time_end {'DESC' if newest else 'ASC'} LIMIT ?",
         (*params, n)).fetchall()
-    return [gist_hit(g) for g in env.store.get_gists([r[0] for r in rows]) if not env.gists.is_body_only(g)]
+    return [gist_hit(g) for g in env.gists.perceptual([r[0] for r in rows])]

@@ -322,6 +322,12 @@ class GistRanker:
                        if gists.get(g) is not None]
         return vector_list[:want], keyword_list[:want]
 
+    def perceptual(self, ids: Sequence[int]) -> list[Gist]:
+        """``[g for g in store.get_gists(ids) if not is_body_only(g)]``, each gist parsed once."""
+        found: dict[int, Optional[Gist]] = {}
+        self._read_gists(found, ids)
+        return [gist for gist in (found.get(g) for g in ids) if gist is not None]
+
     def _read_gists(self, into: dict[int, Optional[Gist]], ids: Sequence[int]) -> None:
         """Fetch the gists not read yet into ``into``; body-only (and missing) ones map to None."""
         wanted = [g for g in dict.fromkeys(ids) if g not in into]
