@@ -25,7 +25,6 @@ output labels that figure as extrapolated. By default both run in full.
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
 import statistics
 import sqlite3
@@ -43,7 +42,7 @@ sys.path.insert(0, str(HERE))
 
 from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
-from engines import machine_info  # noqa: E402
+from engines import machine_info, save_results  # noqa: E402
 from test.support.patrol import PatrolInfo, multi_room_patrol  # noqa: E402
 
 Row = tuple[Any, ...]  # (text, x, y, z, stamp, layer, source, conf, meta, value)
@@ -220,10 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if ours.matched_visits is not None:
         say(f"emem_ros: {ours.matched_visits} of {ours.visits} visits hold the middle of exactly one gist")
     if args.save:
-        out = HERE / "results" / f"consolidation-{datetime.date.today().isoformat()}{'-quick' if args.quick else ''}.txt"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text("\n".join(lines) + "\n")
-        print(f"saved {out}")
+        save_results("consolidation", lines, quick=args.quick)
     return 0
 
 

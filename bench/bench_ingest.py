@@ -25,7 +25,6 @@ so each distinct string is embedded once; emem embeds every observation).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import subprocess
@@ -39,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from engines import OURS, PEER, adder, flush, folder_bytes, machine_info, open_ours, open_peer, peak_rss_mb, rss_mb  # noqa: E402
+from engines import OURS, PEER, adder, flush, folder_bytes, machine_info, open_ours, open_peer, peak_rss_mb, rss_mb, save_results  # noqa: E402
 from robot_streams import make_stream  # noqa: E402
 
 CHUNK = 5000
@@ -289,10 +288,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     lines += ["", _notes(), f"total bench time {time.perf_counter() - total:.0f} s"]
     print("\n" + "\n".join(lines))
     if args.save:
-        out = HERE / "results" / f"ingest-{datetime.date.today().isoformat()}{'-quick' if args.quick else ''}.txt"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text("\n".join(lines) + "\n")
-        print(f"saved {out}")
+        save_results("ingest", lines, quick=args.quick)
     return 0
 
 

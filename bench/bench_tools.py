@@ -25,7 +25,6 @@ cache. Each engine runs in its own subprocess.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import statistics
@@ -40,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from engines import OURS, PEER, adder, flush, machine_info, open_ours, open_peer  # noqa: E402
+from engines import OURS, PEER, adder, flush, machine_info, open_ours, open_peer, save_results  # noqa: E402
 from robot_streams import CachedProvider, make_stream  # noqa: E402
 
 TOOL_NAMES = ("semantic_search", "spatial_query", "temporal_query", "episode_summary", "get_current_context",
@@ -323,10 +322,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             for tool, text in r.get("answers", {}).items():
                 print(f"--- {r['engine']} n={r['n']} {tool}:\n{text}")
     if args.save:
-        out = HERE / "results" / f"tools-{datetime.date.today().isoformat()}{'-quick' if args.quick else ''}.txt"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text("\n".join(lines) + "\n")
-        print(f"saved {out}")
+        save_results("tools", lines, quick=args.quick)
     return 0
 
 

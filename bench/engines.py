@@ -124,3 +124,14 @@ def machine_info() -> str:
         pass
     return (f"{model}, {os.cpu_count()} cores{mem}; Python {platform.python_version()}; "
             f"{datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+
+
+def save_results(name: str, lines: list[str], quick: bool = False) -> Path:
+    """Write a bench's tables to bench/results/<name>-<date>[-quick].txt, where the README reads them."""
+    import datetime
+
+    out = Path(__file__).resolve().parent / "results" / f"{name}-{datetime.date.today().isoformat()}{'-quick' if quick else ''}.txt"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"saved {out}")
+    return out
