@@ -183,7 +183,7 @@ class BaseSnapshot:
 
     def rows(self, table: str, columns: Sequence[str], batch: int = 20000) -> Iterator[list[tuple]]:
         quoted = ", ".join(f'"{c}"' for c in columns)
-        cursor = self.conn.execute(f"SELECT {quoted} FROM {table} ORDER BY rowid")
+        cursor = self.conn.execute(f"SELECT {quoted} FROM {table}")
         while True:
             chunk = cursor.fetchmany(batch)
             if not chunk:

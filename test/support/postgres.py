@@ -98,7 +98,9 @@ class PostgresServer:
             "listen_addresses = '127.0.0.1'",
             f"port = {self.port}",
             f"unix_socket_directories = '{self.root}'",
-            "fsync = off", "synchronous_commit = off", "full_page_writes = off",  # a test cluster
+            # A test cluster: no fsync (the OS keeps what a killed server wrote), but commits stay synchronous,
+            # so a server stopped with "immediate" keeps every transaction it acknowledged.
+            "fsync = off", "full_page_writes = off",
             "max_connections = 40", "shared_buffers = 64MB",
             "max_wal_size = 512MB",
         ]
