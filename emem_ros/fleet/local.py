@@ -56,7 +56,7 @@ class LocalMemory:
         self.log_dir = self.path.with_name(self.path.name + ".log")
         if not self.path.is_file():
             raise FleetError(f"no memory file at {self.path}")
-        if not self.log_dir.is_dir() or not oplog.list_segments(self.log_dir):
+        if not self.log_dir.is_dir():
             raise FleetError(f"memory {self.path} has no operation log ({self.log_dir}); the fleet sync ships the "
                              "log, so the memory must be written with log_enabled: true")
         self._conn: Optional[sqlite3.Connection] = None
