@@ -58,6 +58,9 @@ LABELS = ["chair", "table", "red mug", "refrigerator", "sofa", "tv", "potted pla
 SCENES = ["a kitchen with a red mug on the table", "a living room with a sofa facing the tv",
           "a hallway with a closed door", "an aisle with pallets on the shelves"]
 DEFAULT_SYNC_PERIOD = 5.0
+SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "256MB", "work_mem": "16MB"}
+"""The throw-away cluster's memory settings (a fleet store's server would have more; 64 MB of shared
+buffers would thrash once the HNSW index outgrows them). fsync is off there: figures are CPU-bound."""
 
 
 class DenseEmbedder:
@@ -246,12 +249,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     if url is None:
         from test.support.postgres import start_server
 
-        server = start_server()
+        server = start_server(SERVER_SETTINGS)
         url = server.create_database("bench")
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     load = os.getloadavg()
     lines = [f"bench_fleet on {machine_info()}", f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
-             f"robots per stream: {robots}, observations per robot: {n:,}", ""]
+             f"robots per stream: {robots}, observations per robot: {n:,}",
+             f"PostgreSQL: {'given by --url' if args.url else 'a throw-away cluster here (fsync off, ' + ', '.join(f'{k} {v}' for k, v in SERVER_SETTINGS.items()) + ')'}",
+             ""]
     try:
         with db.connect(url) as conn:
             init_fleet(conn, dim=DenseEmbedder.dim)

@@ -54,8 +54,10 @@ def free_port() -> int:
 class PostgresServer:
     """One temporary cluster. Use as a context manager, or call start() and destroy()."""
 
-    def __init__(self, bin_dir: Optional[Path] = None) -> None:
+    def __init__(self, bin_dir: Optional[Path] = None, settings: Optional[dict[str, str]] = None) -> None:
         self.bin_dir = bin_dir or find_pg_bin()
+        self.settings = dict(settings or {})
+        """postgresql.conf lines added after ours (e.g. a benchmark's shared_buffers)."""
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="emem-pg-"))
         self.data_dir = self.root / "data"
@@ -103,7 +105,7 @@ class PostgresServer:
             "fsync = off", "full_page_writes = off",
             "max_connections = 40", "shared_buffers = 64MB",
             "max_wal_size = 512MB",
-        ]
+        ] + [f"{key} = {value}" for key, value in self.settings.items()]
         with open(self.data_dir / "postgresql.conf", "a", encoding="utf-8") as handle:
             handle.write("\n".join(settings) + "\n")
 
@@ -167,13 +169,13 @@ class PostgresServer:
                                       f"{INSTALL_HINT}")
 
 
-def start_server() -> PostgresServer:
+def start_server(settings: Optional[dict[str, str]] = None) -> PostgresServer:
     """A started cluster with both extensions available, or PostgresUnavailable saying why."""
     try:
         import psycopg  # noqa: F401
     except ImportError:
         raise PostgresUnavailable("the Python driver psycopg is not installed (pip install '.[fleet]')") from None
-    server = PostgresServer()
+    server = PostgresServer(settings=settings)
     try:
         server.start()
         server.check_extensions()
