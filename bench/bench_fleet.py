@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -47,6 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_oplog import DenseEmbedder  # noqa: E402  (dense vectors, like MiniLM's)
 from bench.engines import machine_info, save_results  # noqa: E402
 from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.fleet import db  # noqa: E402
@@ -61,17 +61,6 @@ DEFAULT_SYNC_PERIOD = 5.0
 SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "256MB", "work_mem": "16MB"}
 """The throw-away cluster's memory settings (a fleet store's server would have more; 64 MB of shared
 buffers would thrash once the HNSW index outgrows them). fsync is off there: figures are CPU-bound."""
-
-
-class DenseEmbedder:
-    """Dense pseudo-random unit vectors, one per text (stands in for MiniLM: its vectors do not compress)."""
-
-    dim = 384
-    model_name = "dense-bench-384"
-
-    def embed(self, texts):
-        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim) for t in texts])
-        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 
 def feed(memory: Memory, n: int, unique: float, seed: int, start: float = 1_763_000_000.0) -> None:

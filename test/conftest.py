@@ -54,9 +54,8 @@ def make_memory(tmp_path, clock) -> Callable[..., Memory]:
 
 
 # ---------------------------------------------------------------------------- PostgreSQL (fleet store)
-@pytest.fixture(scope="session")
-def postgres_server():
-    """One real PostgreSQL 15 (PostGIS + pgvector) for the session; the fleet tests skip where it cannot start."""
+def _postgres_or_skip():
+    """A started server, stopped and removed after the test (also on failure); a skip saying why if none."""
     from test.support.postgres import PostgresUnavailable, start_server
 
     try:
@@ -67,6 +66,12 @@ def postgres_server():
         yield server
     finally:
         server.destroy()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One real PostgreSQL 15 (PostGIS + pgvector) for the session; the fleet tests skip where it cannot start."""
+    yield from _postgres_or_skip()
 
 
 @pytest.fixture
@@ -78,13 +83,4 @@ def fleet_url(postgres_server) -> str:
 @pytest.fixture
 def own_postgres():
     """A server of this test's own, which the test may stop and start (an outage mid-sync)."""
-    from test.support.postgres import PostgresUnavailable, start_server
-
-    try:
-        server = start_server()
-    except PostgresUnavailable as exc:
-        pytest.skip(f"PostgreSQL unavailable: {exc}")
-    try:
-        yield server
-    finally:
-        server.destroy()
+    yield from _postgres_or_skip()
