@@ -118,7 +118,8 @@ def section_sync(url: str, work: Path, robots: int, n: int, results: dict) -> li
             report = sync_memory(path, url, f"{stream}-{r + 1}")
             seconds = time.perf_counter() - started
             obs = report.counts.get("observations", 0)
-            lines.append(f"| {stream} | {r + 1} | {obs:,} | {report.records:,} | {seconds:.2f} | {obs / seconds:,.0f} |")
+            lines.append(f"| {stream} | {r + 1} | {obs:,} | {report.records:,} | {seconds:.2f} | "
+                         f"{obs / seconds:,.0f} |")
             count, secs = totals.get(stream, (0, 0.0))
             totals[stream] = (count + obs, secs + seconds)
     lines.append("")
@@ -244,7 +245,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     load = os.getloadavg()
     lines = [f"bench_fleet on {machine_info()}", f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
              f"robots per stream: {robots}, observations per robot: {n:,}",
-             f"PostgreSQL: {'given by --url' if args.url else 'a throw-away cluster here (fsync off, ' + ', '.join(f'{k} {v}' for k, v in SERVER_SETTINGS.items()) + ')'}",
+             "PostgreSQL: " + ("given by --url" if args.url else "a throw-away cluster here (fsync off, "
+                               + ", ".join(f"{k} {v}" for k, v in SERVER_SETTINGS.items()) + ")"),
              ""]
     try:
         with db.connect(url) as conn:

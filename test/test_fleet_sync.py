@@ -8,13 +8,11 @@ with the robot's memory open in another process.
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +23,7 @@ from emem_ros.fleet.errors import FleetError, FleetUnavailableError  # noqa: E40
 from emem_ros.fleet.robots import add_robot  # noqa: E402
 from emem_ros.fleet.schema import init_fleet, list_partitions  # noqa: E402
 from emem_ros.fleet.sync import FleetSync, sync_memory  # noqa: E402
-from emem_ros.fleet.transform import RigidTransform  # noqa: E402
+from emem_ros.fleet.transform import IDENTITY, RigidTransform  # noqa: E402
 from emem_ros.storage.oplog import read_hold  # noqa: E402
 from test.support.fleet import first_difference, fleet_rows, robot_rows, robot_workload, summary  # noqa: E402
 from test.support.patrol import open_memory  # noqa: E402
@@ -38,7 +36,7 @@ def _init(url: str) -> None:
         assert init_fleet(conn, dim=DIM)
 
 
-def _assert_same(path, url: str, robot_id: str, transform: RigidTransform = RigidTransform()) -> dict:
+def _assert_same(path, url: str, robot_id: str, transform: RigidTransform = IDENTITY) -> dict:
     robot = robot_rows(path, transform)
     with db.connect(url) as conn:
         fleet = fleet_rows(conn, robot_id, exact=transform.is_identity)
@@ -465,3 +463,22 @@ def test_init_needs_the_right_to_create_extensions(fleet_url):
     with db.connect(url) as conn:
         with pytest.raises(FleetError, match="CREATE EXTENSION"):
             init_fleet(conn, dim=DIM)
+
+
+def test_a_damaged_log_stops_the_sync_before_the_damage(tmp_path, clock, fleet):
+    path = tmp_path / "robot.db"
+    memory = open_memory(path, clock, log_segment_bytes=2048, flush_batch_size=10)
+    for i in range(200):
+        memory.add(f"parcel {i}", x=1.0, y=float(i % 3), timestamp=clock.now + i, layer_name="detections")
+    memory.close()
+    segments = sorted((path.parent / "robot.db.log").glob("*.seg"))
+    assert len(segments) > 3
+    damaged = segments[2]
+    first_bad = int(damaged.name[:12])
+    raw = bytearray(damaged.read_bytes())
+    raw[30] ^= 0xFF  # inside the first record's payload
+    damaged.write_bytes(bytes(raw))
+    with pytest.raises(FleetError, match="damaged"):
+        sync_memory(path, fleet, "r1", batch_records=1)
+    with db.connect(fleet) as conn:
+        assert conn.execute("SELECT applied_seq FROM fleet.robots").fetchone()[0] == first_bad - 1

@@ -195,7 +195,7 @@ class FleetWriter:
         self.conn.execute(
             "CREATE TEMP TABLE IF NOT EXISTS emem_text_stage(local_id int8, digest bytea, text text, "
             f"embedding vector({self.info.dim})) ON COMMIT DELETE ROWS")
-        columns = ", ".join(f"{name} {kind}" for name, kind in zip(OBSERVATION_STAGE, OBSERVATION_TYPES))
+        columns = ", ".join(f"{name} {kind}" for name, kind in zip(OBSERVATION_STAGE, OBSERVATION_TYPES, strict=True))
         self.conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS emem_obs_stage({columns}) ON COMMIT DELETE ROWS")
         self._staging_ready = True
 
@@ -244,12 +244,13 @@ class FleetWriter:
                 for op in ops:
                     at = {name: i for i, name in enumerate(op.columns)}
                     getters = [_getter(at, name, OBSERVATION_DEFAULTS.get(name)) for name in OBSERVATION_STAGE]
-                    stamp_at, x_at, y_at, z_at = at["stamp"], at.get("x"), at.get("y"), at.get("z")
+                    stamp_at, z_at = at["stamp"], at.get("z")
+                    xy = (at["x"], at["y"]) if "x" in at and "y" in at else None
                     write = copy.write_row
                     for row in op.rows:
                         values = [get(row) for get in getters]
-                        if x_at is not None:
-                            values[5], values[6], values[7] = place(row[x_at], row[y_at],
+                        if xy is not None:
+                            values[5], values[6], values[7] = place(row[xy[0]], row[xy[1]],
                                                                     row[z_at] if z_at is not None else None)
                         stamps.append(row[stamp_at])
                         write(values)

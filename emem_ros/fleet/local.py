@@ -91,7 +91,10 @@ class LocalMemory:
 
     def experience_rows(self, ids: Sequence[str], columns: Sequence[str]) -> list[tuple]:
         """Experiences by id from the robot's file (immutable rows: what the log's insert made)."""
-        return _experience_rows(self._sqlite(), ids, columns, self.path)
+        try:
+            return _experience_rows(self._sqlite(), ids, columns, self.path)
+        except sqlite3.Error as exc:
+            raise FleetError(f"cannot read experiences from {self.path}: {exc}") from exc
 
     def close(self) -> None:
         if self._conn is not None:
@@ -101,11 +104,18 @@ class LocalMemory:
     # -- the log ------------------------------------------------------------
     def records(self, after: int, upto: int) -> Iterator[LogRecord]:
         """Records after ``after`` up to ``upto``, in order (read-only; see the module doc)."""
-        for seq, magic, payload, path in oplog.iter_payloads(self.log_dir, after):
-            if seq > upto:
-                return
-            statements = oplog.DECODERS[magic](payload)
-            yield LogRecord(seq, zlib.crc32(payload) & 0xFFFFFFFF, statements)
+        try:
+            for seq, magic, payload, path in oplog.iter_payloads(self.log_dir, after):
+                if seq > upto:
+                    return
+                try:
+                    statements = oplog.DECODERS[magic](payload)
+                except (ValueError, zlib.error) as exc:
+                    raise FleetError(f"record seq {seq} of {path} cannot be decoded ({exc}); the sync stops "
+                                     "before it") from exc
+                yield LogRecord(seq, zlib.crc32(payload) & 0xFFFFFFFF, statements)
+        except oplog.LogCorruptError as exc:
+            raise FleetError(f"the operation log of {self.path} is damaged: {exc}; the sync stops before it") from exc
 
     def first_seq(self) -> Optional[int]:
         """The oldest record still in the log."""

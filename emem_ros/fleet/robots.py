@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from emem_ros.fleet.errors import FleetError
-from emem_ros.fleet.transform import RigidTransform
+from emem_ros.fleet.transform import IDENTITY, RigidTransform
 
 PLACED_COLUMNS = (("observations", "position"), ("entities", "position"), ("experiences", "position"),
                   ("gists", "center"))
@@ -28,7 +28,7 @@ class RobotInfo:
     observations: int
 
 
-def add_robot(conn: Any, robot_id: str, transform: RigidTransform = RigidTransform()) -> tuple[bool, int]:
+def add_robot(conn: Any, robot_id: str, transform: RigidTransform = IDENTITY) -> tuple[bool, int]:
     """Register ``robot_id`` or set its transform; (added, rows re-placed)."""
     check_robot_id(robot_id)
     row = conn.execute("SELECT tx, ty, yaw FROM fleet.robots WHERE robot_id = %s FOR UPDATE", (robot_id,)).fetchone()

@@ -62,6 +62,9 @@ class RigidTransform:
         return c, -s, s, c, self.x, self.y
 
 
+IDENTITY = RigidTransform()
+
+
 def parse_transform(x: Optional[float] = None, y: Optional[float] = None, yaw: Optional[float] = None,
                     yaw_degrees: Optional[float] = None) -> RigidTransform:
     """From command-line style values; yaw in radians or degrees (not both)."""

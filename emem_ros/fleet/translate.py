@@ -362,8 +362,10 @@ class Translator:
         verb = text.split(" ", 1)[0].upper()
         if table == "meta":
             match = _INSERT.match(text)
-            columns = _columns(match.group("cols")) if match and match.group("values") else None
-            return _Meta(columns if columns and _all_placeholders(match.group("values"), len(columns)) else None)
+            if match is None or not match.group("values"):
+                return _Meta(None)
+            columns = _columns(match.group("cols"))
+            return _Meta(columns if _all_placeholders(match.group("values"), len(columns)) else None)
         if table not in LOCAL_COLUMNS:
             raise self._unsupported(text, f"table {table or '?'} is not one the fleet store mirrors")
         if verb == "INSERT" or verb == "REPLACE":

@@ -164,7 +164,8 @@ _NODE_PARAMS: tuple[_Param, ...] = (
     _Param("fleet.url", "", "STRING",
            "Fleet store to sync the operation log to (postgresql://user@host:port/dbname); '' = no fleet."),
     _Param("fleet.robot_id", "", "STRING", "This robot's id in the fleet store (required with fleet.url)."),
-    _Param("fleet.sync_period", 5.0, "DOUBLE", "Seconds between fleet syncs (on a worker thread, never the ingest path)."),
+    _Param("fleet.sync_period", 5.0, "DOUBLE",
+           "Seconds between fleet syncs (on a worker thread, never the ingest path)."),
 )
 
 _MEMORY_DESCRIPTIONS = {

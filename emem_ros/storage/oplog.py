@@ -244,7 +244,7 @@ def iter_payloads(folder: Path, after: int = 0) -> Iterator[tuple[int, bytes, by
     cut here; only the writer cuts a torn tail, when it opens the log).
     """
     segments = list_segments(folder)
-    for n, (first_seq, path) in enumerate(segments):
+    for n, (_first_seq, path) in enumerate(segments):
         next_first = segments[n + 1][0] if n + 1 < len(segments) else None
         if next_first is not None and next_first - 1 <= after:
             continue

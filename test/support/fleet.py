@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from emem_ros.fleet.transform import RigidTransform
+from emem_ros.fleet.transform import IDENTITY, RigidTransform
 
 TABLES = ("observations", "texts", "episodes", "gists", "entities", "edges", "experiences")
 
@@ -39,7 +39,7 @@ def _xyz(x, y, z, transform: RigidTransform, digits: int):
     return (round(fx, digits), round(fy, digits), round(0.0 if z is None else float(z), digits))
 
 
-def robot_rows(db_path, transform: RigidTransform = RigidTransform(), digits: int = 9,
+def robot_rows(db_path, transform: RigidTransform = IDENTITY, digits: int = 9,
                with_archived_text: Optional[dict[int, str]] = None) -> dict[str, list[tuple]]:
     """The robot's rows, positions put in the fleet frame (rounded to ``digits`` when not identity)."""
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
