@@ -482,3 +482,40 @@ def test_a_damaged_log_stops_the_sync_before_the_damage(tmp_path, clock, fleet):
         sync_memory(path, fleet, "r1", batch_records=1)
     with db.connect(fleet) as conn:
         assert conn.execute("SELECT applied_seq FROM fleet.robots").fetchone()[0] == first_bad - 1
+
+
+def test_two_syncs_of_one_robot_at_once_take_turns(tmp_path, clock, fleet):
+    path = tmp_path / "robot.db"
+    memory = open_memory(path, clock, flush_batch_size=25)
+    robot_workload(memory, clock, n=1200)
+    memory.close()
+    errors = []
+
+    def run():
+        try:
+            sync_memory(path, fleet, "r1", batch_records=2)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    _assert_same(path, fleet, "r1")
+
+
+def test_damage_in_the_last_segment_is_not_mistaken_for_the_end(tmp_path, clock, fleet):
+    path = tmp_path / "robot.db"
+    memory = open_memory(path, clock, flush_batch_size=10)
+    for i in range(100):
+        memory.add(f"parcel {i}", x=1.0, y=float(i % 3), timestamp=clock.now + i, layer_name="detections")
+    memory.close()
+    (segment,) = (path.parent / "robot.db.log").glob("*.seg")
+    raw = bytearray(segment.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    # The reader stops at the damage as at a torn tail, but the memory says it committed more: refused.
+    with pytest.raises(FleetError, match="gone from this robot|whole history"):
+        sync_memory(path, fleet, "r1")

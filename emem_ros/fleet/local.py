@@ -60,6 +60,9 @@ class LocalMemory:
             raise FleetError(f"memory {self.path} has no operation log ({self.log_dir}); the fleet sync ships the "
                              "log, so the memory must be written with log_enabled: true")
         self._conn: Optional[sqlite3.Connection] = None
+        self._position: Optional[oplog.LogPosition] = None
+        self._crcs: dict[int, int] = {}
+        """Checksums of records read lately (the sync checks the one at the fleet's position each run)."""
 
     # -- SQLite, read-only -------------------------------------------------
     def _sqlite(self) -> sqlite3.Connection:
@@ -103,31 +106,42 @@ class LocalMemory:
 
     # -- the log ------------------------------------------------------------
     def records(self, after: int, upto: int) -> Iterator[LogRecord]:
-        """Records after ``after`` up to ``upto``, in order (read-only; see the module doc)."""
+        """Records after ``after`` up to ``upto``, in order (read-only; see the module doc).
+
+        Where the previous call left off at ``after``, reading resumes at that byte
+        instead of scanning the segment (which grows to ``log_segment_bytes``) again.
+        """
+        resume = self._position if self._position is not None and self._position.seq == after else None
         try:
-            for seq, magic, payload, path in oplog.iter_payloads(self.log_dir, after):
+            for seq, magic, payload, position in oplog.iter_payloads(self.log_dir, after, resume):
                 if seq > upto:
                     return
                 try:
                     statements = oplog.DECODERS[magic](payload)
                 except (ValueError, zlib.error) as exc:
-                    raise FleetError(f"record seq {seq} of {path} cannot be decoded ({exc}); the sync stops "
-                                     "before it") from exc
-                yield LogRecord(seq, zlib.crc32(payload) & 0xFFFFFFFF, statements)
+                    raise FleetError(f"record seq {seq} of {position.path} cannot be decoded ({exc}); the sync "
+                                     "stops before it") from exc
+                self._position = position
+                self._crcs[seq] = zlib.crc32(payload) & 0xFFFFFFFF
+                if len(self._crcs) > 4096:
+                    self._crcs.pop(next(iter(self._crcs)))
+                yield LogRecord(seq, self._crcs[seq], statements)
         except oplog.LogCorruptError as exc:
             raise FleetError(f"the operation log of {self.path} is damaged: {exc}; the sync stops before it") from exc
 
     def first_seq(self) -> Optional[int]:
         """The oldest record still in the log."""
-        for seq, _magic, _payload, _path in oplog.iter_payloads(self.log_dir, 0):
+        for seq, _magic, _payload, _position in oplog.iter_payloads(self.log_dir, 0):
             return seq
         return None
 
     def record_crc(self, seq: int) -> Optional[int]:
-        """Checksum of the record ``seq`` if the log still holds it."""
+        """Checksum of the record ``seq`` if the log still holds it (remembered from reading, else read)."""
         if seq <= 0:
             return None
-        for found, _magic, payload, _path in oplog.iter_payloads(self.log_dir, seq - 1):
+        if seq in self._crcs:
+            return self._crcs[seq]
+        for found, _magic, payload, _position in oplog.iter_payloads(self.log_dir, seq - 1):
             return zlib.crc32(payload) & 0xFFFFFFFF if found == seq else None
         return None
 

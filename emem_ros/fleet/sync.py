@@ -101,6 +101,7 @@ class FleetSync:
         self._records: Optional[Iterator[LogRecord]] = None
         self._next: Optional[LogRecord] = None
         self._after = -1
+        self._upto = -1
 
     # -- connection -------------------------------------------------------
     def _connection(self) -> Any:
@@ -176,7 +177,7 @@ class FleetSync:
             if applied >= state.log_seq:
                 conn.rollback()
                 break
-            first = self._peek(applied)
+            first = self._peek(applied, state.log_seq)
             if first is None or first.seq != applied + 1:
                 snapshot_seq = self._ship_snapshot(conn, row, first, state, totals)
                 report.snapshot_seq = snapshot_seq
@@ -247,12 +248,14 @@ class FleetSync:
                 f"`emem fleet remove-robot URL {self.robot_id}` to ship this memory instead")
 
     # -- reading the log --------------------------------------------------
-    def _peek(self, applied: int) -> Optional[LogRecord]:
-        """The next record after ``applied`` (reusing the open reader when it stands at that point)."""
-        if self._after != applied or self._records is None:
-            self._records = self.local.records(applied, 1 << 62)
+    def _peek(self, applied: int, upto: int) -> Optional[LogRecord]:
+        """The next record after ``applied``, never one past ``upto`` (the robot's committed position:
+        a record after it may still be taken back and written anew). The open reader is reused while
+        it stands at ``applied``."""
+        if self._records is None or self._after != applied or self._upto != upto:
+            self._records = self.local.records(applied, upto)
             self._next = None
-            self._after = applied
+            self._after, self._upto = applied, upto
         if self._next is None:
             self._next = next(self._records, None)
             if self._next is None:
@@ -290,8 +293,8 @@ class FleetSync:
         records = rows = 0
         last_seq, crc = row["applied_seq"], row["applied_crc"]
         while records < self.batch_records and rows < self.batch_rows:
-            record = self._peek(last_seq)
-            if record is None or record.seq > state.log_seq:
+            record = self._peek(last_seq, state.log_seq)
+            if record is None:
                 break
             if record.seq != last_seq + 1:
                 break  # a gap: the next batch sees it and falls back to the checkpoint copy
@@ -338,9 +341,10 @@ class FleetSync:
             have = f"the log starts at seq {first_seq}" if first_seq else "the log holds no record"
             raise LogGapError(
                 f"robot {self.robot_id}: the fleet store has applied up to seq {applied}, {have}, and no "
-                f"checkpoint copy in {self.local.log_dir} covers the records between: they are gone from this "
-                "robot (pruned without a fleet hold). Remove the robot's rows with `emem fleet remove-robot` and "
-                "sync again to ship what the memory holds now")
+                f"checkpoint copy in {self.local.log_dir} covers the records up to its committed seq "
+                f"{state.log_seq}: they are gone from this robot (pruned without a fleet hold) or unreadable "
+                "(a damaged log). Remove the robot's rows with `emem fleet remove-robot` and sync again to ship "
+                "what the memory holds now")
         base_seq, base_path = base
         snapshot = BaseSnapshot(base_path, base_seq)
         try:

@@ -202,8 +202,8 @@ class OpLog:
     # -- reading ----------------------------------------------------------
     def records(self, after: int = 0) -> Iterator[Record]:
         """Every record with seq > after, in order."""
-        for seq, magic, payload, path in iter_payloads(self.folder, after):
-            yield Record(seq, _decode_record(magic, payload, seq, path))
+        for seq, magic, payload, position in iter_payloads(self.folder, after):
+            yield Record(seq, _decode_record(magic, payload, seq, position.path))
 
     def prune(self, upto_seq: int) -> int:
         """Delete whole segments holding only records <= upto_seq; returns how many.
@@ -236,15 +236,27 @@ def list_segments(folder: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def iter_payloads(folder: Path, after: int = 0) -> Iterator[tuple[int, bytes, bytes, Path]]:
-    """(seq, segment magic, payload, segment path) of every record with seq > after; reads only.
+@dataclass(frozen=True)
+class LogPosition:
+    """Where the record after ``seq`` starts (``path``, byte ``offset``): a reader resumes there."""
+
+    seq: int
+    path: Path
+    offset: int
+
+
+def iter_payloads(folder: Path, after: int = 0, resume: Optional[LogPosition] = None
+                  ) -> Iterator[tuple[int, bytes, bytes, LogPosition]]:
+    """(seq, segment magic, payload, position after it) of every record with seq > after; reads only.
 
     Safe beside the writing process: the last segment may be growing, and an
     incomplete record at its end is where the log ends for now (it is never
     cut here; only the writer cuts a torn tail, when it opens the log).
+    ``resume`` (a position this function yielded, for ``after``) skips the
+    scan of that segment's earlier records.
     """
     segments = list_segments(folder)
-    for n, (_first_seq, path) in enumerate(segments):
+    for n, (first_seq, path) in enumerate(segments):
         next_first = segments[n + 1][0] if n + 1 < len(segments) else None
         if next_first is not None and next_first - 1 <= after:
             continue
@@ -258,9 +270,11 @@ def iter_payloads(folder: Path, after: int = 0) -> Iterator[tuple[int, bytes, by
                 if next_first is None and len(magic) < MAGIC_SIZE:
                     return  # a segment being created right now
                 raise LogCorruptError(f"{path} is not an emem operation log segment")
-            for seq, payload, _ in _scan(handle, tolerate_tail=next_first is None):
+            if resume is not None and resume.seq == after and resume.path == path and first_seq <= after:
+                handle.seek(resume.offset)
+            for seq, payload, end in _scan(handle, tolerate_tail=next_first is None):
                 if seq > after:
-                    yield seq, magic, payload, path
+                    yield seq, magic, payload, LogPosition(seq, path, end)
 
 
 def _decode_record(magic: bytes, payload: bytes, seq: int, path: Path) -> list[Statement]:
