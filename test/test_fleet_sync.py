@@ -519,3 +519,17 @@ def test_damage_in_the_last_segment_is_not_mistaken_for_the_end(tmp_path, clock,
     # The reader stops at the damage as at a torn tail, but the memory says it committed more: refused.
     with pytest.raises(FleetError, match="gone from this robot|whole history"):
         sync_memory(path, fleet, "r1")
+
+
+@pytest.mark.parametrize("missing, hint", [("vector", "install-pgvector.sh"), ("postgis", "postgresql-15-postgis-3")])
+def test_init_names_the_package_of_a_missing_extension(fleet_url, missing, hint):
+    # A server whose catalogue lacks the extension: a view that hides it, found first on the search path.
+    with db.connect(fleet_url, autocommit=True) as conn:
+        conn.execute("CREATE VIEW public.pg_available_extensions AS SELECT * FROM "
+                     f"pg_catalog.pg_available_extensions WHERE name <> '{missing}'")
+    with psycopg.connect(fleet_url, options="-c search_path=public,pg_catalog") as conn:
+        with pytest.raises(FleetError, match=hint):
+            init_fleet(conn, dim=DIM)
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname IN ('vector', 'postgis')"
+                            ).fetchone()[0] == 0  # nothing half-made
+        assert conn.execute("SELECT to_regclass('fleet.meta')").fetchone()[0] is None
