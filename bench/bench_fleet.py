@@ -14,6 +14,7 @@ Sections (``--only`` picks some; phase 2 adds ``tools``: fleet tool p50/p95 at
   while the node's fleet worker syncs at the default period (``fleet.sync_period``
   5 s); a reader polls PostgreSQL every 20 ms. Lag = first seen in the fleet
   minus the flush that committed it on the robot.
+- ``hnsw``: pgvector's HNSW insertion alone (what bounds the captions stream).
 - ``disk``: bytes per observation in PostgreSQL (every fleet table with its
   indexes and TOAST, texts included), after the ``sync`` section, against
   the robot's own SQLite file and log.
@@ -217,14 +218,41 @@ def section_lag(url: str, work: Path, seconds: float, results: dict, period: flo
             "Expected: about half a period on average plus one sync (a flush waits for the next tick).", ""]
 
 
-SECTIONS: dict[str, Callable[..., list[str]]] = {"sync": section_sync, "disk": section_disk, "lag": section_lag}
+def section_hnsw(url: str, results: dict, rounds: int = 3, batch: int = 5000) -> list[str]:
+    """What bounds the captions stream: pgvector HNSW insertion, measured alone (random 384-float vectors)."""
+    rng = np.random.default_rng(0)
+    lines = ["## pgvector alone: vectors/s inserted into a vector(384) table (COPY, text format)", "",
+             "| index | after 5k | after 10k | after 15k |", "|:--|--:|--:|--:|"]
+    with db.connect(url, autocommit=True) as conn:
+        for label, ddl in (("none", ""), ("HNSW cosine, m 16, ef_construction 64 (the fleet's)",
+                                          "CREATE INDEX ON bench_vectors USING hnsw (e vector_cosine_ops)")):
+            conn.execute("DROP TABLE IF EXISTS bench_vectors")
+            conn.execute("CREATE TABLE bench_vectors(id serial, e vector(384))")
+            if ddl:
+                conn.execute(ddl)
+            rates = []
+            for _ in range(rounds):
+                vectors = rng.standard_normal((batch, 384)).astype(np.float32)
+                started = time.perf_counter()
+                with conn.cursor().copy("COPY bench_vectors(e) FROM STDIN") as copy:
+                    for row in vectors:
+                        copy.write_row(["[" + ",".join(map(str, row.tolist())) + "]"])
+                rates.append(batch / (time.perf_counter() - started))
+            lines.append(f"| {label} | " + " | ".join(f"{r:,.0f}" for r in rates) + " |")
+            results[f"hnsw_{'on' if ddl else 'off'}"] = rates
+        conn.execute("DROP TABLE bench_vectors")
+    return lines + [""]
+
+
+SECTIONS: dict[str, Callable[..., list[str]]] = {"sync": section_sync, "disk": section_disk, "lag": section_lag,
+                                                 "hnsw": section_hnsw}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--url", default=None, help="an existing, empty PostgreSQL database (default: start one)")
-    parser.add_argument("--only", default="sync,disk,lag", help="sections, comma-separated: sync, disk, lag")
+    parser.add_argument("--only", default="sync,disk,lag,hnsw", help="sections, comma-separated: sync, disk, lag, hnsw")
     parser.add_argument("--robots", type=int, default=None)
     parser.add_argument("--observations", type=int, default=None)
     parser.add_argument("--lag-seconds", type=float, default=None)
@@ -259,6 +287,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 lines += section_disk(url, results)
             elif name == "lag":
                 lines += section_lag(url, work, lag_seconds, results)
+            elif name == "hnsw":
+                lines += section_hnsw(url, results)
             else:
                 raise SystemExit(f"unknown section {name!r}; sections: {', '.join(SECTIONS)}")
             print("\n".join(lines[-12:]), flush=True)

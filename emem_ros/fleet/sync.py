@@ -40,7 +40,8 @@ from emem_ros.fleet.local import BaseSnapshot, LocalMemory, LocalState, LogRecor
 from emem_ros.fleet.robots import check_robot_id
 from emem_ros.fleet.schema import FleetInfo, open_fleet
 from emem_ros.fleet.transform import RigidTransform
-from emem_ros.fleet.translate import AUTOINCREMENT_TABLES, InsertRows, Translator, TranslatorState
+from emem_ros.fleet.translate import (AUTOINCREMENT_TABLES, ExperiencesByID, InsertRows, Translator,
+                                      TranslatorState)
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +367,7 @@ class FleetSync:
                 writer.flush()
             ids = snapshot.experience_ids()
             if ids:
-                writer._write_rows("experiences", EXPERIENCE_COLUMNS, snapshot.experience_rows(ids, EXPERIENCE_COLUMNS))
+                writer.apply([ExperiencesByID(ids)])
             last_ids = snapshot.last_ids()
         finally:
             snapshot.close()
