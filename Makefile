@@ -6,10 +6,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.emem-installed
 DEMO_DIR ?= out/demo
+SHARED_VENDOR ?= ../shared/vendor
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv demo test bench bags clean
+.PHONY: venv demo test bench bags clean fleet-deps
 
 $(STAMP): setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +31,15 @@ demo: $(STAMP)
 	$(BIN)/emem query $(DEMO_DIR)/memory.db temporal_query time_after=2025-03-14T09:10:24Z time_before=2025-03-14T09:10:50Z n_results=5
 	$(BIN)/emem map $(DEMO_DIR)/memory.db -o $(DEMO_DIR)/map.png
 
-test: $(STAMP)
+test: $(STAMP) fleet-deps
 	$(BIN)/python -m pytest -q
+
+# PostgreSQL 15 + PostGIS (Debian packages) and pgvector (built from $(SHARED_VENDOR)) for the fleet-store
+# tests; where that folder is absent or we are not root, those tests skip and say why.
+fleet-deps:
+	@if [ -f "$(SHARED_VENDOR)/install-pgvector.sh" ] && [ "$$(id -u)" = 0 ]; then \
+		bash "$(SHARED_VENDOR)/install-pgvector.sh"; \
+	else echo "fleet-deps: skipped (needs root and $(SHARED_VENDOR)/install-pgvector.sh); fleet tests may skip"; fi
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

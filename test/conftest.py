@@ -51,3 +51,36 @@ def make_memory(tmp_path, clock) -> Callable[..., Memory]:
                 memory.close()
             except Exception:
                 logging.getLogger(__name__).exception("closing a test memory failed")
+
+
+# ---------------------------------------------------------------------------- PostgreSQL (fleet store)
+def _postgres_or_skip():
+    """A started server, stopped and removed after the test (also on failure); a skip saying why if none."""
+    from test.support.postgres import PostgresUnavailable, start_server
+
+    try:
+        server = start_server()
+    except PostgresUnavailable as exc:
+        pytest.skip(f"PostgreSQL unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One real PostgreSQL 15 (PostGIS + pgvector) for the session; the fleet tests skip where it cannot start."""
+    yield from _postgres_or_skip()
+
+
+@pytest.fixture
+def fleet_url(postgres_server) -> str:
+    """A fresh, empty database on the session's server."""
+    return postgres_server.create_database()
+
+
+@pytest.fixture
+def own_postgres():
+    """A server of this test's own, which the test may stop and start (an outage mid-sync)."""
+    yield from _postgres_or_skip()

@@ -52,6 +52,7 @@ _ROS_RESERVED_PREFIXES = ("qos_overrides.",)
 _MEMORY_FROM_NODE = {"embedding_model": "embedding.model"}
 
 _LAYER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_ROBOT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _TOPIC = re.compile(r"^(~/|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 _MSG_TYPE = re.compile(r"^([a-z][a-z0-9_]*)/(?:(msg)/)?([A-Z][A-Za-z0-9]*)$")
 
@@ -103,6 +104,10 @@ class NodeParams:
     index_save_period: float = 0.0
     marker_period: float = 2.0
     markers_enabled: bool = True
+    fleet_url: str = ""
+    """Fleet store (PostgreSQL) the node ships its operation log to; '' = no fleet."""
+    fleet_robot_id: str = ""
+    fleet_sync_period: float = 5.0
 
     @property
     def max_text_length(self) -> int:
@@ -156,6 +161,11 @@ _NODE_PARAMS: tuple[_Param, ...] = (
            "Seconds between node-timer index saves; 0 = the memory's own thread (index_save_interval)."),
     _Param("marker_period", 2.0, "DOUBLE", "Seconds between MarkerArray publications of entities and gists."),
     _Param("markers_enabled", True, "BOOL", "Publish entities and gist regions as visualization_msgs/MarkerArray."),
+    _Param("fleet.url", "", "STRING",
+           "Fleet store to sync the operation log to (postgresql://user@host:port/dbname); '' = no fleet."),
+    _Param("fleet.robot_id", "", "STRING", "This robot's id in the fleet store (required with fleet.url)."),
+    _Param("fleet.sync_period", 5.0, "DOUBLE",
+           "Seconds between fleet syncs (on a worker thread, never the ingest path)."),
 )
 
 _MEMORY_DESCRIPTIONS = {
@@ -315,6 +325,15 @@ def parse_params(flat: dict[str, Any], *, strict_types: bool = False) -> NodePar
         _check_positive("marker_period", get("marker_period"))
     else:
         _check_non_negative("marker_period", get("marker_period"))
+    fleet_url, fleet_robot_id = get("fleet.url").strip(), get("fleet.robot_id").strip()
+    if fleet_url:
+        if not fleet_url.startswith(("postgresql://", "postgres://")):
+            raise ParamError(f"fleet.url must be a PostgreSQL URL (postgresql://user@host:port/dbname), "
+                             f"got {fleet_url.split('@')[-1]!r}")
+        if not _ROBOT_ID.match(fleet_robot_id):
+            raise ParamError("fleet.robot_id must be 1-64 letters, digits, '_', '.' or '-' (starting with a letter "
+                             f"or digit) when fleet.url is set, got {fleet_robot_id!r}")
+        _check_positive("fleet.sync_period", get("fleet.sync_period"))
     if get("consolidation_period") > 0 and memory.maintenance_interval > 0:
         raise ParamError(
             "consolidation_period and maintenance_interval both schedule consolidation; set one of them to 0"
@@ -338,6 +357,9 @@ def parse_params(flat: dict[str, Any], *, strict_types: bool = False) -> NodePar
         index_save_period=float(get("index_save_period")),
         marker_period=float(get("marker_period")),
         markers_enabled=bool(get("markers_enabled")),
+        fleet_url=fleet_url,
+        fleet_robot_id=fleet_robot_id,
+        fleet_sync_period=float(get("fleet.sync_period")),
     )
 
 

@@ -75,6 +75,8 @@ class MemoryRuntime:
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._warming: Optional[threading.Thread] = None
+        self.fleet: Any = None
+        """The fleet sync worker when ``fleet.url`` is set (``emem_ros.fleet.worker``)."""
 
     @property
     def configured(self) -> bool:
@@ -110,7 +112,21 @@ class MemoryRuntime:
             self.layer_types, self.odometry_type = layer_types, odometry_type
         self._warming = threading.Thread(target=self._warm, args=(memory,), name="emem-warm", daemon=True)
         self._warming.start()
+        if params.fleet_url:
+            self._start_fleet(params)
         return params
+
+    def _start_fleet(self, params: NodeParams) -> None:
+        """The fleet sync worker; a missing driver is logged, never a failed configure (the robot works alone)."""
+        try:
+            from emem_ros.fleet.worker import FleetSyncWorker
+
+            self.fleet = FleetSyncWorker(params.memory.db_path, params.fleet_url, params.fleet_robot_id,
+                                         max_seconds=max(1.0, params.fleet_sync_period), logger=self.log)
+            self.fleet.start()
+        except Exception as exc:
+            self.fleet = None
+            self.log.error(f"fleet sync disabled: {type(exc).__name__}: {exc}")
 
     def _warm(self, memory: Any) -> None:
         """Build the tools' text catalog now: after a reboot onto a large memory (about 1.5 s at a
@@ -151,6 +167,9 @@ class MemoryRuntime:
     def cleanup(self) -> None:
         """Close the memory (final flush, index save). State is cleared even if closing fails."""
         self.wait_warm(WARM_WAIT)  # never close the store under the warming thread's feet
+        fleet, self.fleet = self.fleet, None
+        if fleet is not None:
+            fleet.close()
         with self._lock:
             memory, self.memory = self.memory, None
             self.params, self.pipeline = None, None
@@ -205,7 +224,15 @@ class MemoryRuntime:
             TimerSpec("archive", params.archive_period, self.archive_tick),
             TimerSpec("index_save", params.index_save_period, self.index_save_tick),
         ]
+        if self.fleet is not None:
+            wanted.append(TimerSpec("fleet_sync", params.fleet_sync_period, self.fleet_sync_tick))
         return [t for t in wanted if t.period > 0]
+
+    def fleet_sync_tick(self) -> None:
+        """Start a fleet sync on its worker thread and return (ticks during a running sync are dropped)."""
+        fleet = self.fleet
+        if fleet is not None:
+            fleet.trigger()
 
     def flush_tick(self) -> None:
         self._guard("flush", lambda memory: memory.flush())

@@ -95,12 +95,7 @@ class OpLog:
 
     # -- files ------------------------------------------------------------
     def segments(self) -> list[tuple[int, Path]]:
-        found = []
-        for entry in self.folder.iterdir():
-            match = SEGMENT_NAME.match(entry.name)
-            if match:
-                found.append((int(match.group(1)), entry))
-        return sorted(found)
+        return list_segments(self.folder)
 
     def _recover_tail(self) -> int:
         """Find the last good record; cut a torn tail so appends continue cleanly."""
@@ -207,25 +202,18 @@ class OpLog:
     # -- reading ----------------------------------------------------------
     def records(self, after: int = 0) -> Iterator[Record]:
         """Every record with seq > after, in order."""
-        segments = self.segments()
-        for n, (first_seq, path) in enumerate(segments):
-            next_first = segments[n + 1][0] if n + 1 < len(segments) else None
-            if next_first is not None and next_first - 1 <= after:
-                continue
-            with open(path, "rb") as handle:
-                decoder = DECODERS.get(handle.read(MAGIC_SIZE))
-                if decoder is None:
-                    raise LogCorruptError(f"{path} is not an emem operation log segment")
-                for seq, payload, _ in _scan(handle, tolerate_tail=next_first is None):
-                    if seq > after:
-                        try:
-                            statements = decoder(payload)
-                        except (ValueError, zlib.error) as exc:
-                            raise LogCorruptError(f"record seq {seq} in {path.name} cannot be decoded: {exc}") from exc
-                        yield Record(seq, statements)
+        for seq, magic, payload, position in iter_payloads(self.folder, after):
+            yield Record(seq, _decode_record(magic, payload, seq, position.path))
 
     def prune(self, upto_seq: int) -> int:
-        """Delete whole segments holding only records <= upto_seq; returns how many."""
+        """Delete whole segments holding only records <= upto_seq; returns how many.
+
+        Records a reader still holds (``set_hold``: a fleet sync that has not
+        shipped them yet) are kept whatever ``upto_seq`` says.
+        """
+        hold = lowest_hold(self.folder)
+        if hold is not None:
+            upto_seq = min(upto_seq, hold)
         removed = 0
         segments = self.segments()
         for n, (first_seq, path) in enumerate(segments[:-1]):
@@ -236,6 +224,95 @@ class OpLog:
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for _, p in self.segments())
+
+
+def list_segments(folder: Path) -> list[tuple[int, Path]]:
+    """(first seq, path) of each segment in ``folder``, oldest first."""
+    found = []
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        match = SEGMENT_NAME.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """Where the record after ``seq`` starts (``path``, byte ``offset``): a reader resumes there."""
+
+    seq: int
+    path: Path
+    offset: int
+
+
+def iter_payloads(folder: Path, after: int = 0, resume: Optional[LogPosition] = None
+                  ) -> Iterator[tuple[int, bytes, bytes, LogPosition]]:
+    """(seq, segment magic, payload, position after it) of every record with seq > after; reads only.
+
+    Safe beside the writing process: the last segment may be growing, and an
+    incomplete record at its end is where the log ends for now (it is never
+    cut here; only the writer cuts a torn tail, when it opens the log).
+    ``resume`` (a position this function yielded, for ``after``) skips the
+    scan of that segment's earlier records.
+    """
+    segments = list_segments(folder)
+    for n, (first_seq, path) in enumerate(segments):
+        next_first = segments[n + 1][0] if n + 1 < len(segments) else None
+        if next_first is not None and next_first - 1 <= after:
+            continue
+        try:
+            handle = open(path, "rb")
+        except FileNotFoundError:  # pruned meanwhile: the caller sees the gap in the sequence numbers
+            continue
+        with handle:
+            magic = handle.read(MAGIC_SIZE)
+            if magic not in DECODERS:
+                if next_first is None and len(magic) < MAGIC_SIZE:
+                    return  # a segment being created right now
+                raise LogCorruptError(f"{path} is not an emem operation log segment")
+            if resume is not None and resume.seq == after and resume.path == path and first_seq <= after:
+                handle.seek(resume.offset)
+            for seq, payload, end in _scan(handle, tolerate_tail=next_first is None):
+                if seq > after:
+                    yield seq, magic, payload, LogPosition(seq, path, end)
+
+
+def _decode_record(magic: bytes, payload: bytes, seq: int, path: Path) -> list[Statement]:
+    try:
+        return DECODERS[magic](payload)
+    except (ValueError, zlib.error) as exc:
+        raise LogCorruptError(f"record seq {seq} in {path.name} cannot be decoded: {exc}") from exc
+
+
+HOLD_PREFIX = "hold-"
+
+
+def set_hold(folder: Path, name: str, seq: int) -> None:
+    """Tell pruning that records after ``seq`` are still needed by reader ``name`` (atomic replace)."""
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ValueError(f"a log hold name is letters, digits, '-', '_' or '.', got {name!r}")
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = folder / f".{HOLD_PREFIX}{name}.tmp"
+    temp.write_text(f"{int(seq)}\n", encoding="ascii")
+    os.replace(temp, folder / f"{HOLD_PREFIX}{name}")
+
+
+def read_hold(folder: Path, name: str) -> Optional[int]:
+    try:
+        return int((folder / f"{HOLD_PREFIX}{name}").read_text(encoding="ascii").strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def lowest_hold(folder: Path) -> Optional[int]:
+    """The smallest seq any reader holds (None: nobody holds anything)."""
+    holds = []
+    for entry in folder.glob(f"{HOLD_PREFIX}*") if folder.is_dir() else ():
+        try:
+            holds.append(int(entry.read_text(encoding="ascii").strip()))
+        except ValueError:  # unreadable: keep everything rather than guess
+            holds.append(0)
+    return min(holds) if holds else None
 
 
 def _write_all(handle, head: bytes, payload: bytes) -> None:

@@ -1,0 +1,375 @@
+"""Apply translated log operations to PostgreSQL, in batches, inside the caller's transaction.
+
+Inserts are buffered and written in bulk (binary COPY into a temporary
+staging table, then one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``
+into the fleet table: re-sent rows are dropped by their keys); any other
+operation first writes what is buffered, so the log's order is kept where it
+matters (an entity is inserted before it is updated). Positions are put into
+the fleet frame here, with the robot's transform.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from emem_ros.fleet.errors import FleetError
+from emem_ros.fleet.schema import FleetInfo, ensure_partitions
+from emem_ros.fleet.transform import RigidTransform
+from emem_ros.fleet.translate import (AUTOINCREMENT_TABLES, ExperiencesByID, InsertRows, TextEmbedding, UpdateSQL,
+                                      TranslatorState)
+
+FLUSH_ORDER = ("texts", "episodes", "gists", "entities", "observations", "edges")
+
+OBSERVATION_STAGE = ("id", "text_id", "stamp", "layer", "source_type", "x", "y", "z", "frame_id", "confidence",
+                     "episode_id", "gist_id", "tier", "tier_since", "value", "metadata")
+OBSERVATION_TYPES = ("int8", "int8", "float8", "text", "text", "float8", "float8", "float8", "text", "float8",
+                     "int8", "int8", "text", "float8", "float8", "text")
+OBSERVATION_DEFAULTS = {"confidence": 1.0, "tier": "short_term"}
+
+# Per table: fleet column, robot column (or a position marker), COPY type.
+ROW_TABLES: dict[str, list[tuple[str, str, str]]] = {
+    "episodes": [("id", "id", "int8"), ("name", "name", "text"), ("start", "start", "float8"),
+                 ("end", "end", "float8"), ("status", "status", "text"), ("parent_id", "parent_id", "int8"),
+                 ("previous_id", "previous_id", "int8"), ("summary", "summary", "text"), ("goal", "goal", "text"),
+                 ("action", "action", "text"), ("result", "result", "text"), ("reflection", "reflection", "text"),
+                 ("success", "success", "int4"), ("consolidated", "consolidated", "int4"),
+                 ("metadata", "metadata", "text"), ("embedding", "embedding", "vector")],
+    "gists": [("id", "id", "int8"), ("text", "text", "text"), ("center", "@cx,cy,cz", "point"),
+              ("radius", "radius", "float8"), ("time_start", "time_start", "float8"),
+              ("time_end", "time_end", "float8"), ("source_count", "source_count", "int4"),
+              ("layers", "layers", "jsonb"), ("episode_id", "episode_id", "int8"),
+              ("created_at", "created_at", "float8"), ("metadata", "metadata", "text"),
+              ("embedding", "embedding", "vector")],
+    "entities": [("id", "id", "int8"), ("name", "name", "text"), ("entity_type", "entity_type", "text"),
+                 ("position", "@x,y,z", "point"), ("spread", "spread", "float8"),
+                 ("first_seen", "first_seen", "float8"), ("last_seen", "last_seen", "float8"),
+                 ("sightings", "sightings", "int4"), ("confidence", "confidence", "float8"),
+                 ("layer", "layer", "text"), ("metadata", "metadata", "text"), ("embedding", "embedding", "vector")],
+    "experiences": [("n", "n", "int8"), ("id", "id", "text"), ("goal", "goal", "text"), ("action", "action", "text"),
+                    ("result", "result", "text"), ("reflection", "reflection", "text"),
+                    ("success", "success", "int4"), ("tags", "tags", "jsonb"), ("metadata", "metadata", "text"),
+                    ("stamp", "stamp", "float8"), ("episode_id", "episode_id", "int8"),
+                    ("position", "@x,y,z", "point"), ("supersedes", "supersedes", "text"),
+                    ("embedding", "embedding", "vector")],
+}
+ROW_DEFAULTS: dict[str, dict[str, Any]] = {
+    "episodes": {"summary": "", "consolidated": 0},
+    "gists": {"radius": 0.0, "layers": "[]"},
+    "entities": {"spread": 0.0, "sightings": 1, "confidence": 1.0, "layer": "default"},
+    "experiences": {"action": "", "result": "", "reflection": "", "tags": "[]"},
+}
+EXPERIENCE_COLUMNS = ("n", "id", "goal", "action", "result", "reflection", "success", "tags", "metadata", "stamp",
+                      "episode_id", "x", "y", "z", "supersedes", "embedding")
+"""What ``experience_rows`` must return, in this order, for each id (read from the robot's file)."""
+
+
+@dataclass
+class WriteCounts:
+    """Rows the fleet store took (new rows; re-sent ones are not counted)."""
+
+    observations: int = 0
+    texts: int = 0
+    rows: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    updates: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        out = {"observations": self.observations, "texts": self.texts, "updates": self.updates}
+        out.update(self.rows)
+        return out
+
+
+class VectorCodec:
+    """Robot embedding BLOBs (float32, little-endian) -> pgvector's binary wire format."""
+
+    def __init__(self, conn: Any, dim: int) -> None:
+        from psycopg.adapt import Dumper
+        from psycopg.pq import Format
+        from psycopg.types import TypeInfo
+
+        info = TypeInfo.fetch(conn, "vector")
+        if info is None:
+            raise FleetError("the database has no pgvector type `vector`; run `emem fleet init URL` first")
+        info.register(conn)
+
+        class _VectorDumper(Dumper):
+            format = Format.BINARY
+            oid = info.oid
+
+            def dump(self, obj: Any) -> bytes:
+                return bytes(obj)
+
+        conn.adapters.register_dumper(PgVector, _VectorDumper)
+        self.dim = dim
+        self._head = struct.pack(">HH", dim, 0)
+
+    def __call__(self, blob: Optional[bytes]) -> Optional["PgVector"]:
+        if blob is None:
+            return None
+        if len(blob) != 4 * self.dim:
+            raise FleetError(f"an embedding of {len(blob) // 4} values where the fleet store holds {self.dim}")
+        return PgVector(self._head + np.frombuffer(blob, dtype="<f4").astype(">f4").tobytes())
+
+
+class PgVector(bytes):
+    """A vector already in pgvector's binary format (so psycopg sends it as ``vector``)."""
+
+
+class FleetWriter:
+    """One robot's operations -> the fleet tables; call ``flush()`` before the transaction commits."""
+
+    def __init__(self, conn: Any, state: TranslatorState, transform: RigidTransform, info: FleetInfo,
+                 vectors: VectorCodec, experience_rows: Callable[[list[str]], list[Sequence[Any]]],
+                 upsert: bool = False) -> None:
+        self.conn = conn
+        self.state = state
+        self.robot_id = state.robot_id
+        self.transform = transform
+        self.info = info
+        self.vectors = vectors
+        self.experience_rows = experience_rows
+        self.upsert = upsert
+        """Snapshot mode: rows that exist are overwritten with the snapshot's (a base may be newer)."""
+        self.counts = WriteCounts()
+        self._buffers: dict[str, list[InsertRows]] = defaultdict(list)
+        self._edge_mode = ""
+        self._partitions: set[int] = set()
+        self._staging_ready = False
+
+    # -- operations -------------------------------------------------------
+    def apply(self, operations: Sequence[Any]) -> None:
+        for op in operations:
+            if type(op) is InsertRows:
+                if op.table == "edges" and self._buffers["edges"] and op.edge_mode != self._edge_mode:
+                    self.flush()
+                if op.table == "edges":
+                    self._edge_mode = op.edge_mode
+                self._buffers[op.table].append(op)
+            elif type(op) is UpdateSQL:
+                self.flush()
+                with self.conn.cursor() as cur:
+                    cur.executemany(op.sql, op.params)
+                self.counts.updates += len(op.params)
+            elif type(op) is TextEmbedding:
+                self.flush()
+                self._text_embeddings(op)
+            elif type(op) is ExperiencesByID:
+                self.flush()
+                rows = self.experience_rows(op.ids)
+                self._write_rows("experiences", EXPERIENCE_COLUMNS, rows)
+            else:  # pragma: no cover - the translator makes only these
+                raise FleetError(f"unknown fleet operation {type(op).__name__}")
+
+    def flush(self) -> None:
+        for table in FLUSH_ORDER:
+            ops = self._buffers.pop(table, None)
+            if not ops:
+                continue
+            if table == "texts":
+                self._texts(ops)
+            elif table == "observations":
+                self._observations(ops)
+            elif table == "edges":
+                self._edges(ops)
+            else:
+                for op in ops:
+                    self._write_rows(table, op.columns, op.rows)
+
+    # -- positions --------------------------------------------------------
+    def place(self, x: Any, y: Any, z: Any) -> tuple:
+        if x is None or y is None:
+            return None, None, None
+        fx, fy = self.transform.apply(float(x), float(y))
+        return fx, fy, 0.0 if z is None else float(z)
+
+    # -- texts ------------------------------------------------------------
+    def _stage(self) -> None:
+        if self._staging_ready:
+            return
+        self.conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS emem_text_stage(local_id int8, digest bytea, text text, "
+            f"embedding vector({self.info.dim})) ON COMMIT DELETE ROWS")
+        columns = ", ".join(f"{name} {kind}" for name, kind in zip(OBSERVATION_STAGE, OBSERVATION_TYPES, strict=True))
+        self.conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS emem_obs_stage({columns}) ON COMMIT DELETE ROWS")
+        self._staging_ready = True
+
+    def _texts(self, ops: list[InsertRows]) -> None:
+        self._stage()
+        vector = self.vectors
+        with self.conn.cursor() as cur:
+            cur.execute("TRUNCATE emem_text_stage")
+            with cur.copy("COPY emem_text_stage FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int8", "bytea", "text", "vector"])
+                for op in ops:
+                    text_at, blob_at, id_at = (op.columns.index(c) for c in ("text", "embedding", "id"))
+                    for row in op.rows:
+                        text = row[text_at]
+                        copy.write_row((row[id_at], hashlib.sha256(text.encode("utf-8")).digest(), text,
+                                        vector(row[blob_at])))
+            cur.execute("INSERT INTO fleet.texts(digest, text, embedding) SELECT DISTINCT ON (digest) digest, "
+                        "text, embedding FROM emem_text_stage ORDER BY digest, embedding IS NULL "
+                        "ON CONFLICT (digest) DO NOTHING")
+            self.counts.texts += max(cur.rowcount, 0)
+            cur.execute("UPDATE fleet.texts t SET embedding = s.embedding FROM emem_text_stage s "
+                        "WHERE t.digest = s.digest AND t.embedding IS NULL AND s.embedding IS NOT NULL")
+            cur.execute("INSERT INTO fleet.robot_texts(robot_id, local_id, text_id) SELECT %s, s.local_id, t.id "
+                        "FROM emem_text_stage s JOIN fleet.texts t ON t.digest = s.digest "
+                        "ON CONFLICT (robot_id, local_id) DO UPDATE SET text_id = EXCLUDED.text_id",
+                        (self.robot_id,))
+
+    def _text_embeddings(self, op: TextEmbedding) -> None:
+        missing = " AND t.embedding IS NULL" if op.only_if_missing else ""
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE fleet.texts t SET embedding = %s FROM fleet.robot_texts m WHERE m.robot_id = %s "
+                f"AND m.local_id = %s AND t.id = m.text_id{missing}",
+                [(self.vectors(blob), self.robot_id, text_id) for blob, text_id in op.pairs])
+        self.counts.updates += len(op.pairs)
+
+    # -- observations -----------------------------------------------------
+    def _observations(self, ops: list[InsertRows]) -> None:
+        self._stage()
+        stamps: list[float] = []
+        place = self.place
+        with self.conn.cursor() as cur:
+            cur.execute("TRUNCATE emem_obs_stage")
+            with cur.copy("COPY emem_obs_stage FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(list(OBSERVATION_TYPES))
+                for op in ops:
+                    at = {name: i for i, name in enumerate(op.columns)}
+                    getters = [_getter(at, name, OBSERVATION_DEFAULTS.get(name)) for name in OBSERVATION_STAGE]
+                    stamp_at, z_at = at["stamp"], at.get("z")
+                    xy = (at["x"], at["y"]) if "x" in at and "y" in at else None
+                    write = copy.write_row
+                    for row in op.rows:
+                        values = [get(row) for get in getters]
+                        if xy is not None:
+                            values[5], values[6], values[7] = place(row[xy[0]], row[xy[1]],
+                                                                    row[z_at] if z_at is not None else None)
+                        stamps.append(row[stamp_at])
+                        write(values)
+            self._partition_for(stamps)
+            cur.execute(
+                "SELECT count(*) FROM emem_obs_stage s WHERE s.text_id IS NOT NULL AND NOT EXISTS "
+                "(SELECT 1 FROM fleet.robot_texts m WHERE m.robot_id = %s AND m.local_id = s.text_id)",
+                (self.robot_id,))
+            unmapped = cur.fetchone()[0]
+            if unmapped:
+                raise FleetError(f"{unmapped} observation(s) of robot {self.robot_id} name texts the fleet never "
+                                 "received: the log does not hold this memory's whole history")
+            conflict = ("DO UPDATE SET tier = EXCLUDED.tier, tier_since = EXCLUDED.tier_since, "
+                        "gist_id = EXCLUDED.gist_id, text_id = COALESCE(EXCLUDED.text_id, observations.text_id), "
+                        "metadata = COALESCE(EXCLUDED.metadata, observations.metadata)") if self.upsert \
+                else "DO NOTHING"
+            cur.execute(
+                "INSERT INTO fleet.observations(robot_id, id, text_id, stamp, layer, source_type, position, "
+                "frame_id, confidence, episode_id, gist_id, tier, tier_since, value, metadata) "
+                "SELECT %s, s.id, m.text_id, s.stamp, s.layer, s.source_type, ST_MakePoint(s.x, s.y, s.z), "
+                "s.frame_id, s.confidence, s.episode_id, s.gist_id, s.tier, s.tier_since, s.value, s.metadata "
+                "FROM emem_obs_stage s LEFT JOIN fleet.robot_texts m ON m.robot_id = %s AND m.local_id = s.text_id "
+                f"ON CONFLICT (robot_id, id, stamp) {conflict}", (self.robot_id, self.robot_id))
+            self.counts.observations += max(cur.rowcount, 0)
+
+    def _partition_for(self, stamps: list[float]) -> None:
+        seconds = self.info.partition_seconds
+        buckets = {math.floor(s / seconds) for s in stamps} if stamps else set()
+        if buckets - self._partitions:
+            ensure_partitions(self.conn, [b * seconds for b in buckets - self._partitions], seconds,
+                              self._partitions)
+
+    # -- episodes, gists, entities, experiences -----------------------------
+    def _write_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        spec = ROW_TABLES[table]
+        at = {name: i for i, name in enumerate(columns)}
+        defaults = ROW_DEFAULTS.get(table, {})
+        values: list[tuple] = []
+        for row in rows:
+            out: list[Any] = []
+            for _fleet, source, kind in spec:
+                if kind == "point":
+                    names = source[1:].split(",")
+                    x, y, z = (row[at[n]] if n in at else None for n in names)
+                    out.extend(self.place(x, y, z))
+                elif kind == "vector":
+                    out.append(self.vectors(row[at[source]]) if source in at else None)
+                else:
+                    value = row[at[source]] if source in at else defaults.get(source)
+                    out.append(defaults.get(source) if value is None and source in defaults else value)
+            values.append(tuple(out))
+        names = []
+        placeholders = []
+        for fleet_name, _source, kind in spec:
+            names.append(f'"{fleet_name}"')
+            if kind == "point":
+                placeholders.append("ST_MakePoint(%s::float8, %s::float8, %s::float8)")
+            elif kind == "jsonb":
+                placeholders.append("%s::jsonb")
+            else:
+                placeholders.append("%s")
+        key = "(robot_id, id)"
+        if self.upsert:
+            updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names if n not in ('"id"', '"n"'))
+            conflict = f"ON CONFLICT {key} DO UPDATE SET {updates}"
+        else:
+            conflict = f"ON CONFLICT {key} DO NOTHING"
+        sql = (f"INSERT INTO fleet.{table}(robot_id, {', '.join(names)}) VALUES (%s, {', '.join(placeholders)}) "
+               f"{conflict}")
+        with self.conn.cursor() as cur:
+            cur.executemany(sql, [(self.robot_id, *v) for v in values])
+        self.counts.rows[table] += len(values)
+
+    # -- edges ------------------------------------------------------------
+    def _edges(self, ops: list[InsertRows]) -> None:
+        mode = ops[0].edge_mode
+        merged: dict[tuple, list] = {}
+        for op in ops:
+            at = {name: i for i, name in enumerate(op.columns)}
+            for row in op.rows:
+                key = (row[at["kind"]], row[at["src"]], row[at["dst"]])
+                weight = row[at["weight"]] if "weight" in at else 1.0
+                updated = row[at["updated"]]
+                have = merged.get(key)
+                if have is None:
+                    merged[key] = [weight, updated]
+                elif mode == "add":
+                    have[0] += weight
+                    have[1] = updated
+                elif mode == "max":
+                    have[0], have[1] = max(have[0], weight), max(have[1], updated)
+                else:
+                    have[0], have[1] = weight, updated
+        if mode == "add":
+            conflict = "DO UPDATE SET weight = edges.weight + EXCLUDED.weight, updated = EXCLUDED.updated"
+        elif mode == "max":
+            conflict = ("DO UPDATE SET weight = GREATEST(edges.weight, EXCLUDED.weight), "
+                        "updated = GREATEST(edges.updated, EXCLUDED.updated)")
+        elif self.upsert:
+            conflict = "DO UPDATE SET weight = EXCLUDED.weight, updated = EXCLUDED.updated"
+        else:
+            conflict = "DO NOTHING"
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO fleet.edges(robot_id, kind, src, dst, weight, updated) VALUES (%s, %s, %s, %s, %s, %s) "
+                f"ON CONFLICT (robot_id, kind, src, dst) {conflict}",
+                [(self.robot_id, *key, weight, updated) for key, (weight, updated) in merged.items()])
+        self.counts.rows["edges"] += len(merged)
+
+
+def _getter(at: dict[str, int], name: str, default: Any) -> Callable[[Sequence[Any]], Any]:
+    index = at.get(name)
+    if index is None:
+        return lambda row: default
+    if default is None:
+        return lambda row: row[index]
+    return lambda row: default if row[index] is None else row[index]
+
+
+__all__ = ["FleetWriter", "VectorCodec", "WriteCounts", "EXPERIENCE_COLUMNS", "AUTOINCREMENT_TABLES"]
