@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""How far off ``locate`` is, and whether its stated radius and confidence can be trusted.
+
+The bundled bags are replayed (the real ingest path, in bag time) and every
+object of their ground truth is located, by evidence kind:
+
+- ``3-D``: the patrol bag's 3-D detections (``layer=detections_3d``);
+- ``bearings``: camera detections with rays (the camera-only bag; and the
+  patrol bag's 2-D layer);
+- ``pose only``: the camera-only bag replayed without its camera model, so its
+  2-D detections are stored at the robot's pose with the layer's view range
+  (what a plain camera gave before bearings).
+
+Each object is asked for over the whole bag and over sliding two-minute
+windows (less evidence: fewer poses, sometimes one). An answer counts when its
+best evidence is the object's own label. Per evidence kind the table gives
+the answers' error (distance from the true position, median and 90th
+percentile), the calibration (share of answers whose stated radius holds the
+true position: the radius is meant to hold it with probability 0.95), and
+the mean stated confidence (0.95 times the share of evidence pointing there;
+calibration should be at least that). The kind column is the kind the answer
+says placed it. Targets (issue 14): on the 2-D-only bag, median error
+<= 0.5 m for objects seen from at least three poses; calibration >= 0.9 for
+every kind; both chairs (one class, two rooms) reported.
+
+    python bench/bench_locate_accuracy.py            # MiniLM embeddings (offline), windows
+    python bench/bench_locate_accuracy.py --quick    # hashing embedder, whole-bag questions only
+    python bench/bench_locate_accuracy.py --save     # also write bench/results/locate_accuracy-<date>.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+from engines import machine_info, save_results  # noqa: E402
+
+BAGS = ROOT / "rosbags"
+WINDOW = 120.0
+STEP = 60.0
+
+
+@dataclass
+class Answer:
+    case: str
+    name: str
+    window: str
+    kind: str
+    error: float
+    radius: float
+    confidence: float
+    poses_2d: int
+
+    @property
+    def hit(self) -> bool:
+        return self.error <= self.radius
+
+
+def load_params(embedding: str, camera: bool = True):
+    from emem_ros.ros.camera import CameraSpec
+    from emem_ros.ros.params import load_params_yaml
+
+    params = load_params_yaml(ROOT / "config" / "memory.yaml")
+    if embedding == "hashing":
+        params = dataclasses.replace(params, embedding_backend="hashing", embedding_model="")
+    if not camera:
+        layers = [dataclasses.replace(spec, camera=CameraSpec()) for spec in params.layers]
+        params = dataclasses.replace(params, layers=layers)
+    return params
+
+
+def replay(bag: Path, params, folder: Path, name: str):
+    from emem_ros.replay import ReplayOptions, replay_bag
+
+    db = folder / f"{name}.db"
+    replay_bag(bag, params, ReplayOptions(db_path=str(db), progress=False))
+    from emem_ros.cli.common import open_memory
+
+    return open_memory(db)
+
+
+def windows(truth: dict[str, Any], with_windows: bool) -> list[tuple[str, Optional[float], Optional[float]]]:
+    out: list[tuple[str, Optional[float], Optional[float]]] = [("whole", None, None)]
+    if with_windows:
+        t = truth["start"]
+        while t + WINDOW <= truth["end"] + STEP:
+            out.append((f"{t - truth['start']:.0f}s", t, t + WINDOW))
+            t += STEP
+    return out
+
+
+def ask(memory, case: str, truth: dict[str, Any], layer: Optional[str], with_windows: bool
+        ) -> tuple[list[Answer], list[tuple[str, bool]]]:
+    """Answers per (class, window); and per duplicated class whether every instance was reported."""
+    names = sorted({o["name"] for o in truth["objects"]})
+    answers: list[Answer] = []
+    duplicates: list[tuple[str, bool]] = []
+    for name in names:
+        instances = [o for o in truth["objects"] if o["name"] == name]
+        for label, after, before in windows(truth, with_windows):
+            result = memory.tools.locate(name, layer=layer, time_after=after, time_before=before)
+            if result.position is None or not result.evidence or result.evidence[0].text != name:
+                continue
+            nearest = min(instances, key=lambda o: math.dist(o["position"][:2], result.position[:2]))
+            answers.append(Answer(case, name, label, result.source or "?",
+                                  math.dist(nearest["position"][:2], result.position[:2]), result.radius,
+                                  result.confidence, nearest.get("poses_2d", 0)))
+            if label == "whole" and len(instances) > 1:
+                spots = [(result.position, result.radius)] + [(p.position, p.radius) for p in result.elsewhere
+                                                             if p.label == name]
+                both = all(any(math.dist(o["position"][:2], pos[:2]) <= radius for pos, radius in spots)
+                           for o in instances)
+                duplicates.append((f"{case}: {name} x{len(instances)}", both))
+    return answers, duplicates
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = (len(ordered) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def table(answers: list[Answer]) -> list[str]:
+    lines = [f"{'case':44} {'kind':11} {'answers':>7} {'err p50':>8} {'err p90':>8} {'calib.':>7} {'stated':>7}"]
+    keys = sorted({(a.case, a.kind) for a in answers}, key=lambda k: (k[0], k[1]))
+    for case, kind in keys:
+        group = [a for a in answers if a.case == case and a.kind == kind]
+        errors = [a.error for a in group]
+        hits = sum(a.hit for a in group) / len(group)
+        stated = statistics.fmean(a.confidence for a in group)
+        lines.append(f"{case:44} {kind:11} {len(group):>7} {percentile(errors, 0.5):>8.2f} "
+                     f"{percentile(errors, 0.9):>8.2f} {hits:>7.2f} {stated:>7.2f}")
+    return lines
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="hashing embedder, whole-bag questions only")
+    parser.add_argument("--embedding", choices=("sentence_transformers", "hashing"), default=None)
+    parser.add_argument("--save", action="store_true")
+    args = parser.parse_args(argv)
+    embedding = args.embedding or ("hashing" if args.quick else "sentence_transformers")
+    with_windows = not args.quick
+    patrol = json.loads((BAGS / "ground_truth.json").read_text())
+    camera_only = json.loads((BAGS / "ground_truth_camera_only.json").read_text())
+    header = f"bench_locate_accuracy ({'quick' if args.quick else 'full'}; {embedding}) on {machine_info()}"
+    print(header, flush=True)
+    started = time.perf_counter()
+    answers: list[Answer] = []
+    duplicates: list[tuple[str, bool]] = []
+    whole: dict[str, list[Answer]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-locate-") as tmp:
+        folder = Path(tmp)
+        cases = [
+            ("patrol_db3, 3-D layer", BAGS / "patrol_db3", patrol, True, "detections_3d"),
+            ("patrol_db3, 2-D layer (bearings)", BAGS / "patrol_db3", patrol, True, "detections"),
+            ("camera_only_mcap (bearings)", BAGS / "camera_only_mcap", camera_only, True, None),
+            ("camera_only_mcap, no camera model (pose only)", BAGS / "camera_only_mcap", camera_only, False, None),
+        ]
+        memories: dict[tuple[Path, bool], Any] = {}
+        try:
+            for case, bag, truth, camera, layer in cases:
+                key = (bag, camera)
+                if key not in memories:
+                    memories[key] = replay(bag, load_params(embedding, camera), folder, f"m{len(memories)}")
+                got, dup = ask(memories[key], case, truth, layer, with_windows)
+                answers += got
+                duplicates += dup
+                whole[case] = [a for a in got if a.window == "whole"]
+                print(f"  {case}: {len(got)} answers", flush=True)
+        finally:
+            for memory in memories.values():
+                memory.close()
+    lines = [header, "", "Every answer (whole bag and two-minute windows), by the kind of evidence that placed it:"]
+    lines += table(answers)
+    lines += ["", "Whole-bag answers only:"]
+    lines += table([a for answers_of in whole.values() for a in answers_of])
+    target = [a for a in whole.get("camera_only_mcap (bearings)", []) if a.poses_2d >= 3]
+    if target:
+        lines += ["", f"camera_only_mcap, objects seen from >= 3 poses (whole bag): median error "
+                      f"{percentile([a.error for a in target], 0.5):.2f} m over {len(target)} answers"]
+    lines += ["", "One class, two rooms (both instances inside a reported radius):"]
+    lines += [f"  {what}: {'both reported' if ok else 'NOT both reported'}" for what, ok in duplicates]
+    lines += ["", "calib. = share of answers whose stated radius holds the true position; stated = mean stated "
+              "confidence (0.95 x share of evidence); err in metres.",
+              f"total bench time {time.perf_counter() - started:.0f} s"]
+    print("\n".join(lines))
+    if args.save:
+        save_results("locate_accuracy", lines, quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Where the evidence puts a thing, by the kind of evidence, each with a radius that means what it says.
+
+Kinds, most precise first:
+- ``measured``: object positions (3-D detections, positions a caller gave).
+  The centre of a cluster of places; its covariance is the spread of the
+  places over their effective number, plus a quarter of that spread (a big
+  object's measured centre moves with the viewpoint) and a floor of
+  ``MEASURED_FLOOR`` (depth and calibration error no spread shows).
+- ``bearings``: rays of a camera layer from at least two poses, triangulated
+  (``geometry.triangulation``): the fit's covariance.
+- ``ray``: rays from one pose only: a direction and a range interval
+  (``geometry.uncertainty.Segment``), never a point.
+- ``robot pose``: sightings stored where the robot stood, without a ray: the
+  object was within the layer's view range of every pose of the cluster
+  (``geometry.uncertainty.pose_region``).
+
+Every radius holds the object with probability ``COVERAGE`` under its kind's
+model. Where a less precise placement overlaps a more precise one it is the
+same thing seen less well: it is absorbed (its weight added), so that two
+real objects of one class stay two answers and one object never shows up
+twice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from emem_ros.core.types import Position
+from emem_ros.geometry.rays import MIN_RANGE, RaySet, wrap_array
+from emem_ros.geometry.triangulation import OUTLIER_Z, SAME_POSE, count_poses, find_instances
+from emem_ros.geometry.uncertainty import COVERAGE, Segment, circle_radius, normal_quantile, pose_region
+from emem_ros.tools.clusters import components
+
+MEASURED = "measured"
+BEARINGS = "bearings"
+RAY = "ray"
+ROBOT = "robot pose"
+PRECEDENCE = {MEASURED: 0, BEARINGS: 1, RAY: 2, ROBOT: 3}
+
+LINK = 1.0
+"""Metres: evidence places closer than this belong to one spot."""
+ROOM_LINK = 2.5
+"""Metres: the wider linking used when no single spot holds most of the evidence."""
+MEASURED_FLOOR = 0.1
+"""Metres (1 sigma per axis) of error in measured positions that no spread shows (depth, calibration)."""
+MIN_SEGMENT_RAYS = 3
+"""Rays no object explains form a direction of their own only with this many from one pose (or when
+nothing was triangulated at all): fewer are a detector's stray boxes."""
+
+
+@dataclass
+class Placement:
+    """One candidate spot for the thing: position, radius at ``COVERAGE``, and how much evidence."""
+
+    kind: str
+    position: Position
+    radius: float
+    weight: float
+    count: int
+    first: float
+    last: float
+    label: int
+    """Text id of the best-weighted text there."""
+    poses: int = 0
+    """Bearings: distinct poses the rays came from."""
+    segment: Optional[Segment] = None
+    view_range: Optional[float] = None
+    members: Any = None
+    """What placed it: a mask over the places (measured, robot pose) or over the rays (bearings, ray)."""
+    absorbed: list[str] = field(default_factory=list)
+    """Kinds of less precise placements found to be this same thing."""
+
+
+# ---------------------------------------------------------------------- places (measured, robot pose)
+class PlaceLike:
+    """What ``placements_from_places`` reads (``tools.locate._Evidence``)."""
+
+    text_id: np.ndarray
+    layer: np.ndarray
+    xyz: np.ndarray
+    count: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    weight: np.ndarray
+
+
+def link_places(xy: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Cluster labels: places within ``LINK``; at room scale (``ROOM_LINK``) when no spot holds most weight
+    (a room-sized concept seen from several spots, "kitchen") and that gathers more."""
+    labels = components(xy, LINK)
+    total = np.bincount(labels, weights=weight)
+    if total.max() < 0.5 * total.sum():
+        wide = components(xy, ROOM_LINK)
+        wide_total = np.bincount(wide, weights=weight)
+        if wide_total.max() > total.max():
+            return wide
+    return labels
+
+
+def measured_placements(evidence: PlaceLike) -> list[Placement]:
+    labels = link_places(evidence.xyz[:, :2], evidence.weight)
+    out = []
+    for label in range(int(labels.max()) + 1 if len(labels) else 0):
+        mask = labels == label
+        w = evidence.weight[mask]
+        xyz = evidence.xyz[mask]
+        centre = (xyz * w[:, None]).sum(axis=0) / w.sum()
+        offsets = xyz[:, :2] - centre[:2]
+        spread = (offsets.T * w) @ offsets / w.sum()
+        n_eff = w.sum() ** 2 / (w * w).sum()
+        covariance = spread / n_eff + 0.25 * spread + np.eye(2) * MEASURED_FLOOR ** 2
+        out.append(_from_places(MEASURED, evidence, mask, centre, circle_radius(covariance)))
+    return out
+
+
+def robot_placements(evidence: PlaceLike, view_range_of: Callable[[str], float], blur: float) -> list[Placement]:
+    """Clusters of robot poses; the object lies within view of every pose of its cluster."""
+    labels = link_places(evidence.xyz[:, :2], evidence.weight)
+    out = []
+    for label in range(int(labels.max()) + 1 if len(labels) else 0):
+        mask = labels == label
+        reach = max(view_range_of(layer) for layer in set(evidence.layer[mask].tolist()))
+        region = pose_region(evidence.xyz[mask, :2], reach, blur)
+        w = evidence.weight[mask]
+        z = float((evidence.xyz[mask, 2] * w).sum() / w.sum())
+        placement = _from_places(ROBOT, evidence, mask, np.array([*region.centre, z]), region.radius)
+        placement.view_range = reach
+        out.append(placement)
+    return out
+
+
+def _from_places(kind: str, evidence: PlaceLike, mask: np.ndarray, centre: np.ndarray, radius: float) -> Placement:
+    w = evidence.weight[mask]
+    return Placement(kind=kind, position=_rounded(centre), radius=round(float(radius), 2), weight=float(w.sum()),
+                     count=int(evidence.count[mask].sum()), first=float(evidence.first[mask].min()),
+                     last=float(evidence.last[mask].max()), label=int(evidence.text_id[mask][np.argmax(w)]),
+                     members=mask)
+
+
+# ---------------------------------------------------------------------- rays (bearings, ray)
+def ray_placements(rays: RaySet, text_id: np.ndarray) -> list[Placement]:
+    """Triangulated objects (``bearings``), then the strongest unexplained direction (``ray``).
+
+    ``rays.weight`` is each ray's relevance times recency; a placement weighs
+    the sum over its poses of their mean weight times (1 + log of their rays),
+    like places do.
+    """
+    if not len(rays):
+        return []
+    fixes, unexplained = find_instances(rays)
+    out = []
+    for fix in fixes:
+        mask = fix.inliers
+        position = (float(fix.position[0]), float(fix.position[1]), fix.z)
+        out.append(_from_rays(BEARINGS, rays, text_id, mask, position, fix.radius(), fix.poses))
+    segment = _strongest_direction(rays, unexplained, any_fix=bool(fixes))
+    if segment is not None:
+        mask, seg = segment
+        region = seg.circle()
+        z = float(rays.z[mask].mean())
+        placement = _from_rays(RAY, rays, text_id, mask, (region.centre[0], region.centre[1], z), region.radius, 1)
+        placement.segment = seg
+        placement.view_range = seg.far
+        out.append(placement)
+    return out
+
+
+def _from_rays(kind: str, rays: RaySet, text_id: np.ndarray, mask: np.ndarray, position: Sequence[float],
+               radius: float, poses: int) -> Placement:
+    weight = pose_weight(rays.take(mask), text_id[mask])
+    return Placement(kind=kind, position=_rounded(np.asarray(position)), radius=round(float(radius), 2),
+                     weight=weight, count=int(mask.sum()), first=float(rays.stamp[mask].min()),
+                     last=float(rays.stamp[mask].max()), label=_heaviest(text_id[mask], rays.weight[mask]),
+                     poses=poses, members=mask)
+
+
+def pose_weight(rays: RaySet, text_id: np.ndarray) -> float:
+    """Sum over (text, pose) of mean ray weight x (1 + ln rays): a pose's repeats count like a place's."""
+    if not len(rays):
+        return 0.0
+    cell = (np.floor(rays.x / SAME_POSE).astype(np.int64) * 1_000_003
+            + np.floor(rays.y / SAME_POSE).astype(np.int64)) * 65_537 + text_id
+    _, index, n = np.unique(cell, return_inverse=True, return_counts=True)
+    total = np.bincount(index.reshape(-1), weights=rays.weight)
+    return float((total / n * (1.0 + np.log(n))).sum())
+
+
+def _strongest_direction(rays: RaySet, unexplained: np.ndarray, any_fix: bool
+                         ) -> Optional[tuple[np.ndarray, Segment]]:
+    """The heaviest pose among unexplained rays, and the direction most of its rays agree on."""
+    if not unexplained.any():
+        return None
+    idx = np.nonzero(unexplained)[0]
+    cell = np.floor(rays.x[idx] / SAME_POSE).astype(np.int64) * 1_000_003 + np.floor(
+        rays.y[idx] / SAME_POSE).astype(np.int64)
+    cells, index = np.unique(cell, return_inverse=True)
+    heaviest = int(np.argmax(np.bincount(index.reshape(-1), weights=rays.weight[idx])))
+    members = idx[index.reshape(-1) == heaviest]
+    if any_fix and len(members) < MIN_SEGMENT_RAYS:
+        return None
+    az, sigma = rays.azimuth[members], rays.sigma[members]
+    keep = np.ones(len(members), dtype=bool)
+    mean = math.atan2(np.sin(az).sum(), np.cos(az).sum())
+    for _ in range(5):  # the direction most rays agree on (a pose may also see a second object)
+        residual = wrap_array(az - mean)
+        spread = math.sqrt(float((residual[keep] ** 2).mean()) + float((sigma[keep] ** 2).mean()))
+        now = np.abs(residual) <= OUTLIER_Z * max(spread, float(sigma.min()))
+        if not now.any():
+            break
+        keep = now
+        mean = math.atan2(np.sin(az[keep]).sum(), np.cos(az[keep]).sum())
+    if any_fix and keep.sum() < MIN_SEGMENT_RAYS:
+        return None
+    chosen = members[keep]
+    residual = wrap_array(rays.azimuth[chosen] - mean)
+    spread = math.sqrt(float((residual ** 2).mean()) + float((rays.sigma[chosen] ** 2).mean()))
+    mask = np.zeros(len(rays), dtype=bool)
+    mask[chosen] = True
+    origin = (float(rays.x[chosen].mean()), float(rays.y[chosen].mean()))
+    far = float(np.median(rays.view_range[chosen]))
+    return mask, Segment(origin, mean, spread, MIN_RANGE, far)
+
+
+# ---------------------------------------------------------------------- together
+def absorb(placements: list[Placement]) -> list[Placement]:
+    """Less precise placements that are the same thing as a more precise one add their weight to it.
+
+    Same thing: a triangulated or measured spot within the other's radius
+    (plus its own), a ray's wedge through a spot, a robot-pose region holding
+    a spot. Placements of one kind never absorb each other (two chairs).
+    """
+    ordered = sorted(placements, key=lambda p: (PRECEDENCE[p.kind], -p.weight))
+    kept: list[Placement] = []
+    for p in ordered:
+        host = None
+        for q in kept:
+            if PRECEDENCE[q.kind] < PRECEDENCE[p.kind] and _same_thing(q, p):
+                if host is None or math.dist(q.position[:2], p.position[:2]) < math.dist(host.position[:2],
+                                                                                          p.position[:2]):
+                    host = q
+        if host is None:
+            kept.append(p)
+        else:
+            host.weight += p.weight
+            host.absorbed.append(p.kind)
+    kept.sort(key=lambda p: -p.weight)
+    return kept
+
+
+def _same_thing(precise: Placement, vague: Placement) -> bool:
+    """Whether ``vague`` is consistent with the thing ``precise`` places."""
+    if vague.segment is not None:
+        seg = vague.segment
+        dx, dy = precise.position[0] - seg.origin[0], precise.position[1] - seg.origin[1]
+        distance = math.hypot(dx, dy)
+        if distance > seg.far * 1.1 + precise.radius:
+            return False
+        off = abs(float(wrap_array(np.array([math.atan2(dy, dx) - seg.azimuth]))[0]))
+        slack = math.atan2(precise.radius, max(distance, 1e-6))
+        return off <= normal_quantile(COVERAGE) * seg.spread + slack
+    return math.dist(precise.position[:2], vague.position[:2]) <= precise.radius + vague.radius
+
+
+def _rounded(point: np.ndarray) -> Position:
+    return (round(float(point[0]), 3), round(float(point[1]), 3), round(float(point[2]), 3))
+
+
+def _heaviest(text_id: np.ndarray, weight: np.ndarray) -> int:
+    texts, index = np.unique(text_id, return_inverse=True)
+    return int(texts[int(np.argmax(np.bincount(index.reshape(-1), weights=weight)))])
+
+
+def poses_of(rays: RaySet) -> int:
+    return count_poses(rays.x, rays.y)
