@@ -138,15 +138,47 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def table(answers: list[Answer]) -> list[str]:
-    lines = [f"{'case':44} {'kind':11} {'answers':>7} {'err p50':>8} {'err p90':>8} {'calib.':>7} {'stated':>7}"]
+    lines = [f"{'case':46} {'kind':10} {'answers':>7} {'err p50':>7} {'err p90':>7} {'rad p50':>7} {'calib.':>6} "
+             f"{'stated':>6}"]
     keys = sorted({(a.case, a.kind) for a in answers}, key=lambda k: (k[0], k[1]))
     for case, kind in keys:
         group = [a for a in answers if a.case == case and a.kind == kind]
         errors = [a.error for a in group]
         hits = sum(a.hit for a in group) / len(group)
         stated = statistics.fmean(a.confidence for a in group)
-        lines.append(f"{case:44} {kind:11} {len(group):>7} {percentile(errors, 0.5):>8.2f} "
-                     f"{percentile(errors, 0.9):>8.2f} {hits:>7.2f} {stated:>7.2f}")
+        lines.append(f"{case:46} {kind:10} {len(group):>7} {percentile(errors, 0.5):>7.2f} "
+                     f"{percentile(errors, 0.9):>7.2f} {percentile([a.radius for a in group], 0.5):>7.2f} "
+                     f"{hits:>6.2f} {stated:>6.2f}")
+    return lines
+
+
+def entity_rows(memory, case: str, truth: dict[str, Any]) -> list[str]:
+    """Per object: the nearest entity of its name, how it was placed, its error and whether its radius holds it."""
+    rows = memory.store.reader().execute("SELECT name, x, y, metadata FROM entities WHERE x IS NOT NULL").fetchall()
+    out = []
+    for name in sorted({o["name"] for o in truth["objects"]}):
+        mine = [(x, y, json.loads(meta or "{}")) for n, x, y, meta in rows if n == name]
+        for thing in (o for o in truth["objects"] if o["name"] == name):
+            if not mine:
+                out.append((case, name, "none", math.nan, math.nan, len(mine)))
+                continue
+            x, y, meta = min(mine, key=lambda e: math.dist((e[0], e[1]), thing["position"][:2]))
+            radius = meta.get("radius", math.nan)
+            out.append((case, name, meta.get("position_source", "?"), math.dist((x, y), thing["position"][:2]),
+                        radius, len(mine)))
+    return out
+
+
+def entity_table(rows: list[tuple]) -> list[str]:
+    lines = [f"{'case':46} {'placed by':10} {'objects':>7} {'err p50':>7} {'err p90':>7} {'calib.':>6}  entities per class"]
+    for case, source in sorted({(r[0], r[2]) for r in rows}):
+        group = [r for r in rows if r[0] == case and r[2] == source]
+        errors = [r[3] for r in group if not math.isnan(r[3])]
+        with_radius = [r for r in group if not math.isnan(r[4])]
+        calib = f"{sum(r[3] <= r[4] for r in with_radius) / len(with_radius):>6.2f}" if with_radius else f"{'-':>6}"
+        counts = ", ".join(sorted({f"{r[1]} {r[5]}" for r in group if r[5] != 1}))
+        lines.append(f"{case:46} {source:10} {len(group):>7} {percentile(errors, 0.5):>7.2f} "
+                     f"{percentile(errors, 0.9):>7.2f} {calib}  {'1 each' if not counts else counts + ', others 1'}")
     return lines
 
 
@@ -165,6 +197,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     started = time.perf_counter()
     answers: list[Answer] = []
     duplicates: list[tuple[str, bool]] = []
+    entities: list[tuple] = []
     whole: dict[str, list[Answer]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-locate-") as tmp:
         folder = Path(tmp)
@@ -181,6 +214,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 if key not in memories:
                     memories[key] = replay(bag, load_params(embedding, camera), folder, f"m{len(memories)}")
                 got, dup = ask(memories[key], case, truth, layer, with_windows)
+                if layer is None or layer == "detections_3d":
+                    entities += entity_rows(memories[key], case.split(",")[0] if layer else case, truth)
                 answers += got
                 duplicates += dup
                 whole[case] = [a for a in got if a.window == "whole"]
@@ -196,10 +231,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if target:
         lines += ["", f"camera_only_mcap, objects seen from >= 3 poses (whole bag): median error "
                       f"{percentile([a.error for a in target], 0.5):.2f} m over {len(target)} answers"]
+    lines += ["", "Entities (consolidation): the nearest entity of each object's name:"]
+    lines += entity_table(entities)
     lines += ["", "One class, two rooms (both instances inside a reported radius):"]
     lines += [f"  {what}: {'both reported' if ok else 'NOT both reported'}" for what, ok in duplicates]
     lines += ["", "calib. = share of answers whose stated radius holds the true position; stated = mean stated "
-              "confidence (0.95 x share of evidence); err in metres.",
+              "confidence (0.95 x share of evidence); err and rad(ius) in metres. Entities state a radius only "
+              "when placed by bearings (metadata 'radius').",
               f"total bench time {time.perf_counter() - started:.0f} s"]
     print("\n".join(lines))
     if args.save:

@@ -13,11 +13,11 @@ px, fx = fy = 381 px, i.e. ±40° across) mounted 20 cm ahead of the base and
 90 cm up, looking forward, taking a frame every 0.5 s half-way between two
 odometry messages. An object is detected when its centre is in the field of
 view, within 6 m and in the robot's room (walls hide the others), nine
-frames in ten. Its box is the projection of the object's bounding box,
-clipped at the image border (a half-visible sofa's box centre lies inwards
-of the sofa), plus Gaussian pixel noise (``PIXEL_NOISE``); two boxes in a
-hundred land somewhere else in the image (a detector's mistake). The
-camera's intrinsics are published on ``/camera/camera_info``.
+frames in ten. Its box is the projection of the object's bounding box with
+Gaussian pixel noise on centre and size (``PIXEL_NOISE``), clipped to the
+image as detectors do (a half-visible sofa's box centre lies inwards of the
+sofa); two boxes in a hundred land somewhere else in the image (a detector's
+mistake). The camera's intrinsics are published on ``/camera/camera_info``.
 
     python rosbags/generate.py --out rosbags        (or: make bags)
 
@@ -250,11 +250,11 @@ def camera_pose(p: Pose, camera: Camera = CAMERA) -> tuple[float, float, float]:
 
 
 def project(p: Pose, thing: Thing, camera: Camera = CAMERA) -> Optional[tuple[float, float, float, float, float]]:
-    """(u, v, width, height, distance) of the thing's box in the image, or None when not seen.
+    """(left, right, top, bottom, distance) of the thing's projected box (pixels), or None when not seen.
 
     Seen: its centre within the field of view, 0.3-6 m away, in the robot's
     room. The box is the projection of the thing's bounding box (its eight
-    corners), clipped at the image border.
+    corners), not yet clipped to the image.
     """
     if room_of(p.x, p.y) != room_of(thing.x, thing.y):
         return None
@@ -273,11 +273,23 @@ def project(p: Pose, thing: Thing, camera: Camera = CAMERA) -> Optional[tuple[fl
             us.append(camera.cx - camera.fx * left / forward)
             for sz in (-0.5, 0.5):
                 vs.append(camera.cy - camera.fy * (thing.z + sz * thing.size[2] - camera.z) / forward)
-    left_u, right_u = max(min(us), 0.0), min(max(us), float(camera.width))
-    top_v, bottom_v = max(min(vs), 0.0), min(max(vs), float(camera.height))
-    if right_u - left_u < 2.0 or bottom_v - top_v < 2.0:
+    return min(us), max(us), min(vs), max(vs), distance
+
+
+def detected_box(box: tuple[float, float, float, float, float], rng: random.Random, camera: Camera = CAMERA
+                 ) -> Optional[tuple[float, float, float, float]]:
+    """(u, v, width, height) a detector reports for a projected box: centre and size off by a few pixels,
+    sometimes placed at a random column, then clipped to the image as detectors do."""
+    left, right, top, bottom, _ = box
+    u, v = (left + right) / 2 + rng.gauss(0.0, PIXEL_NOISE), (top + bottom) / 2 + rng.gauss(0.0, PIXEL_NOISE)
+    w, h = max(2.0, right - left + rng.gauss(0.0, PIXEL_NOISE)), max(2.0, bottom - top + rng.gauss(0.0, PIXEL_NOISE))
+    if rng.random() < WRONG_BOX:
+        u = rng.uniform(0.0, camera.width)
+    left, right = max(u - w / 2, 0.0), min(u + w / 2, float(camera.width))
+    top, bottom = max(v - h / 2, 0.0), min(v + h / 2, float(camera.height))
+    if right - left < 2.0 or bottom - top < 2.0:
         return None
-    return ((left_u + right_u) / 2, (top_v + bottom_v) / 2, right_u - left_u, bottom_v - top_v, distance)
+    return (left + right) / 2, (top + bottom) / 2, right - left, bottom - top
 
 
 # ---------------------------------------------------------------------- messages
@@ -419,15 +431,15 @@ def record(seed: int = SEED, laps: int = LAPS, *, depth: bool = True, body: bool
                 box = project(at, thing)
                 if box is None or rng_2d.random() < MISSED:
                     continue
-                u, v, w, h, distance = box
+                distance = box[4]
                 score = min(0.99, max(0.35, 0.97 - 0.06 * distance + rng_2d.gauss(0.0, 0.03)))
                 hypotheses = [m.hypothesis(thing.name, score)]
                 if thing.also and rng_2d.random() < 0.5:
                     hypotheses.append(m.hypothesis(thing.also, score * 0.4))
-                u += rng_2d.gauss(0.0, PIXEL_NOISE)
-                v += rng_2d.gauss(0.0, PIXEL_NOISE)
-                if rng_2d.random() < WRONG_BOX:
-                    u = rng_2d.uniform(0.0, CAMERA.width)
+                reported = detected_box(box, rng_2d)
+                if reported is None:
+                    continue
+                u, v, w, h = reported
                 detections.append(m.detection2d(t, hypotheses, round(u, 1), round(v, 1), round(w, 1), round(h, 1),
                                                 tracks[k]))
                 cam_x, cam_y, _ = camera_pose(at)

@@ -111,12 +111,13 @@ def camera_ray(robot_x: float, robot_y: float, robot_z: float, robot_yaw: float,
     box left of the principal point (u < cx) lies at a positive (counter-
     clockwise) angle. The angular noise combines the detector's pixel noise,
     the heading's and ``BOX_WIDTH_SHARE`` of the box's angular width (a big
-    object's box centre is a vague bearing of its centre); a box cut by the
-    image border has its centre pulled inwards by up to half its width, so
-    such a ray gets that much more noise. None when the centre lies outside
-    the image.
+    object's box centre is a vague bearing of its centre). None when the
+    centre lies outside the image, or the box is cut by the image border
+    (``cut_by_border``): the object's centre may then lie anywhere beyond it.
     """
     if not intrinsics.usable() or not (math.isfinite(u) and -0.5 <= u <= intrinsics.width + 0.5):
+        return None
+    if cut_by_border(u, box_width, intrinsics):
         return None
     angle = math.atan2(intrinsics.cx - u, intrinsics.fx)
     cos_y, sin_y = math.cos(robot_yaw), math.sin(robot_yaw)
@@ -128,13 +129,21 @@ def camera_ray(robot_x: float, robot_y: float, robot_z: float, robot_yaw: float,
     variance = (pixel_noise / intrinsics.fx) ** 2 + heading_noise ** 2
     if box_width is not None and math.isfinite(box_width) and box_width > 0.0:
         variance += (BOX_WIDTH_SHARE * box_width / intrinsics.fx) ** 2
-        left, right = u - box_width / 2.0, u + box_width / 2.0
-        if left <= 1.0 or right >= intrinsics.width - 1.0:  # truncated by the image border
-            variance += (box_width / 2.0 / intrinsics.fx) ** 2
     sigma = math.sqrt(variance)
     if sigma > MAX_SIGMA:
         return None
     return Ray(ox, oy, robot_z + mounting.z, wrap(robot_yaw + mounting.yaw + angle), elevation, sigma)
+
+
+BORDER = 1.0
+"""Pixels: a box edge this close to the image's left or right border was cut by it."""
+
+
+def cut_by_border(u: float, box_width: Optional[float], intrinsics: Intrinsics) -> bool:
+    """Whether the box reaches the image's left or right border (detectors clip boxes to the image)."""
+    if box_width is None or not math.isfinite(box_width) or box_width <= 0.0:
+        return False
+    return u - box_width / 2.0 <= BORDER or u + box_width / 2.0 >= intrinsics.width - BORDER
 
 
 @dataclass

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from emem_ros.geometry.rays import Intrinsics, Mounting, Ray, camera_ray
+from emem_ros.geometry.rays import Intrinsics, Mounting, Ray, camera_ray, cut_by_border
 
 DEFAULT_PIXEL_NOISE = 4.0
 """Pixels (1 sigma) a detector's box centre wanders by: 1-2 % of a 640 px image."""
@@ -116,6 +116,8 @@ class LayerCamera:
         if u is None:
             return None, "the box centre is not a finite number"
         width = as_float(size[0]) if isinstance(size, (list, tuple)) and size else None
+        if cut_by_border(u, width, intrinsics):
+            return None, "the box is cut by the image border (the object's centre may lie beyond it)"
         ray = camera_ray(x, y, z, yaw, self.spec.mounting, intrinsics, u, v, width, self.spec.pixel_noise,
                          self.spec.heading_noise)
         if ray is None:
