@@ -61,6 +61,9 @@ RANGE_SLACK = 1.1
 MIN_CROSSING = math.radians(4.0)
 """Rays crossing at a smaller angle do not vote for a spot (their crossing is mostly noise)."""
 MIN_RAYS = 3
+SEED_SLACK = (1.0, 0.5, 0.25, 0.1)
+"""Metres the start may be off: the first iterations also accept rays passing this close to the estimate,
+then the gate narrows to the rays' own noise."""
 VOTE_CELL = 0.5
 MAX_GROUPS = 160
 """Direction groups that vote (largest first): bounds the pairs at ~13k whatever the number of rays."""
@@ -128,11 +131,12 @@ def fit(rays: RaySet, start: np.ndarray, candidates: Optional[np.ndarray] = None
     scale = 1.0
     inliers = np.zeros(n, dtype=bool)
     a_matrix = np.zeros((2, 2))
-    for _ in range(ITERATIONS):
+    for step in range(ITERATIONS + len(SEED_SLACK)):
+        slack = SEED_SLACK[step] if step < len(SEED_SLACK) else 0.0
         dx, dy = x[0] - ox, x[1] - oy
         rng = np.hypot(dx, dy)
         residual = wrap_array(np.arctan2(dy, dx) - az)
-        gate = OUTLIER_Z * sigma * min(scale, MAX_SCALE)
+        gate = OUTLIER_Z * sigma * min(scale, MAX_SCALE) + np.arctan2(slack, np.maximum(rng, MIN_RANGE))
         now_in = allowed & (np.abs(residual) <= gate) & (rng >= 0.5 * MIN_RANGE) & (rng <= reach)
         if now_in.sum() < 2:
             return None
@@ -154,7 +158,7 @@ def fit(rays: RaySet, start: np.ndarray, candidates: Optional[np.ndarray] = None
         chi2 = float((c * (residual[now_in] / s) ** 2).sum())
         dof = float(c.sum()) - 2.0
         scale = math.sqrt(max(1.0, (PRIOR_DOF + chi2) / (PRIOR_DOF + max(dof, 0.0))))
-        settled = np.array_equal(now_in, inliers) and float(np.hypot(*(new_x - x))) < 1e-3
+        settled = slack == 0.0 and np.array_equal(now_in, inliers) and float(np.hypot(*(new_x - x))) < 1e-3
         x, inliers = new_x, now_in
         if settled:
             break

@@ -445,9 +445,6 @@ def _parse_layers(layer_names: list[str], layer_values: dict[str, dict[str, Any]
         view_range = get("view_range")
         _check_positive(f"{prefix}.view_range", view_range)
         camera = _parse_camera(prefix, msg_type, given, get)
-        if camera.info_topic and camera.info_topic in topics:
-            raise ParamError(f"{prefix}.camera_info_topic {camera.info_topic!r} is the topic of layer "
-                             f"{topics[camera.info_topic]!r}")
         layers.append(LayerSpec(name=name, topic=topic, msg_type=msg_type,
                                 is_internal_state=get("is_internal_state"), intake=intake,
                                 qos_depth=qos_depth, reliability=reliability, view_range=float(view_range),
@@ -456,7 +453,7 @@ def _parse_layers(layer_names: list[str], layer_values: dict[str, dict[str, Any]
     clash = infos & set(topics)
     if clash:
         topic = sorted(clash)[0]
-        raise ParamError(f"{topic!r} is both a layer's topic (layer {topics[topic]!r}) and a camera_info_topic")
+        raise ParamError(f"{topic!r} is both the topic of layer {topics[topic]!r} and a camera_info_topic")
     return layers
 
 

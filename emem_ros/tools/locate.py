@@ -44,6 +44,7 @@ from emem_ros.tools.filters import Filters
 from emem_ros.tools.knowledge import entities_near, gist_search
 from emem_ros.tools.perception import area_gists, nearby_hits
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
+from emem_ros.tools.ray_layers import layer_has_rays
 from emem_ros.tools.ray_reads import read_rays
 from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
 from emem_ros.tools.window_places import places_in_window
@@ -98,7 +99,7 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
     placements: list[placing.Placement] = []
     measured = evidence.subset(~_in_layers(evidence.layer, robot_layers))
     if len(measured.weight):
-        placements += _with_members(placing.measured_placements(measured), measured)
+        placements += _from(placing.measured_placements(measured), measured)
     pose_layers = list(robot_layers)
     rays: Optional[tuple[RaySet, np.ndarray, np.ndarray]] = None
     ray_layers = [layer for layer in robot_layers if kinds[layer].rays]
@@ -113,10 +114,13 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
             capped += read.capped
             pose_layers = [layer for layer in robot_layers if layer not in set(read.layer.tolist())]
     if pose_layers:
+        blur = env.store.cell_size * math.sqrt(0.5)
         robot = evidence.subset(_in_layers(evidence.layer, pose_layers))
-        placements += _with_members(placing.robot_placements(
-            robot, lambda layer: kinds[layer].view_range, env.store.cell_size * math.sqrt(0.5)), robot)
+        robot = robot.subset(~placing.explained(robot, placements, lambda layer: kinds[layer].view_range + blur))
+        if len(robot.weight):
+            placements += _from(placing.robot_placements(robot, lambda layer: kinds[layer].view_range, blur), robot)
     placements = placing.absorb(placements)
+    placing.finish(placements[: 1 + OTHER_PLACES])
     if not placements:
         if hits:
             empty.evidence = text_hits(env.store, agg, ranked[:3])
@@ -128,7 +132,7 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
     found: list[Hit] = []
     if hits:
         found = (_ray_evidence(env, best, rays, names, score) if best.kind in (placing.BEARINGS, placing.RAY)
-                 else _evidence(env, best.members, names, score))
+                 else _evidence(env, best.source.subset(best.members), names, score))
     result = LocateResult(
         concept=concept, position=best.position, radius=best.radius,
         confidence=round(COVERAGE * best.weight / total, 3), count=best.count, last_stamp=best.last,
@@ -146,10 +150,10 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
     return _Located(result, ranked, agg)
 
 
-def _with_members(placements: list[placing.Placement], source: "_Evidence") -> list[placing.Placement]:
-    """Each placement's mask over ``source`` replaced by the places themselves (for its evidence hits)."""
+def _from(placements: list[placing.Placement], source: "_Evidence") -> list[placing.Placement]:
+    """Remember which places each placement's mask (``members``) is over: the best one lists them."""
     for p in placements:
-        p.members = source.subset(p.members)
+        p.source = source
     return placements
 
 
@@ -179,7 +183,7 @@ class _LayerKind:
     view_range: float
 
 
-SAMPLE_PER_LAYER = 8
+SAMPLE_PER_LAYER = 4
 
 
 def _layer_kinds(env: ToolEnv, evidence: "_Evidence") -> dict[str, _LayerKind]:
@@ -200,9 +204,12 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence") -> dict[str, _LayerKind]:
             f" json_extract(metadata, '$.view_range') FROM observations WHERE id IN ({marks})", list(sample)):
         seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
     kinds = {}
+    conn = env.store.reader()
     for layer, rows in seen.items():
         ranges = [r for _, _, r in rows if isinstance(r, (int, float)) and r > 0]
-        kinds[layer] = _LayerKind(robot=any(r for r, _, _ in rows), rays=any(y for _, y, _ in rows),
+        robot = any(r for r, _, _ in rows)
+        rays = any(y for _, y, _ in rows) or (robot and layer_has_rays(env.store, conn, layer))
+        kinds[layer] = _LayerKind(robot=robot, rays=rays,
                                   view_range=float(max(ranges)) if ranges else DEFAULT_VIEW_RANGE)
     return kinds
 

@@ -32,7 +32,7 @@ import numpy as np
 from emem_ros.core.types import Position
 from emem_ros.geometry.rays import MIN_RANGE, RaySet, wrap_array
 from emem_ros.geometry.triangulation import OUTLIER_Z, SAME_POSE, count_poses, find_instances
-from emem_ros.geometry.uncertainty import COVERAGE, Segment, circle_radius, normal_quantile, pose_region
+from emem_ros.geometry.uncertainty import COVERAGE, Segment, circle_radii, normal_quantile, pose_region
 from emem_ros.tools.clusters import components
 
 MEASURED = "measured"
@@ -71,13 +71,18 @@ class Placement:
     view_range: Optional[float] = None
     members: Any = None
     """What placed it: a mask over the places (measured, robot pose) or over the rays (bearings, ray)."""
+    seen_from: Optional[np.ndarray] = None
+    """Robot pose: where the robot stood (n, 2), and how much each place weighs (``seen_weight``)."""
+    seen_weight: Optional[np.ndarray] = None
+    source: Any = None
+    """The evidence ``members`` is a mask over (set by the caller)."""
     absorbed: list[str] = field(default_factory=list)
     """Kinds of less precise placements found to be this same thing."""
 
 
 # ---------------------------------------------------------------------- places (measured, robot pose)
 class PlaceLike:
-    """What ``placements_from_places`` reads (``tools.locate._Evidence``)."""
+    """What ``measured_placements`` and ``robot_placements`` read (``tools.locate._Evidence``)."""
 
     text_id: np.ndarray
     layer: np.ndarray
@@ -103,42 +108,90 @@ def link_places(xy: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 def measured_placements(evidence: PlaceLike) -> list[Placement]:
     labels = link_places(evidence.xyz[:, :2], evidence.weight)
-    out = []
-    for label in range(int(labels.max()) + 1 if len(labels) else 0):
-        mask = labels == label
-        w = evidence.weight[mask]
-        xyz = evidence.xyz[mask]
-        centre = (xyz * w[:, None]).sum(axis=0) / w.sum()
-        offsets = xyz[:, :2] - centre[:2]
-        spread = (offsets.T * w) @ offsets / w.sum()
-        n_eff = w.sum() ** 2 / (w * w).sum()
-        covariance = spread / n_eff + 0.25 * spread + np.eye(2) * MEASURED_FLOOR ** 2
-        out.append(_from_places(MEASURED, evidence, mask, centre, circle_radius(covariance)))
-    return out
+    stats = _ClusterStats(evidence, labels)
+    covariance = (stats.cov * (1.0 / stats.n_eff + 0.25)[:, None, None]
+                  + np.eye(2)[None, :, :] * MEASURED_FLOOR ** 2)
+    radii = circle_radii(covariance)
+    return [stats.placement(MEASURED, k, stats.centre[k], radii[k]) for k in range(stats.k)]
 
 
 def robot_placements(evidence: PlaceLike, view_range_of: Callable[[str], float], blur: float) -> list[Placement]:
-    """Clusters of robot poses; the object lies within view of every pose of its cluster."""
+    """Clusters of robot poses; the object lies within view of every pose of its cluster.
+
+    The region (``pose_region``) is worked out by ``finish`` for the
+    placements that are not absorbed by a more precise one: until then the
+    position is the poses' weighted centroid and the radius the view range.
+    """
     labels = link_places(evidence.xyz[:, :2], evidence.weight)
+    stats = _ClusterStats(evidence, labels)
+    ranges = {layer: view_range_of(layer) for layer in set(evidence.layer.tolist())}
+    reach = np.zeros(stats.k)
+    np.maximum.at(reach, labels, np.fromiter((ranges[layer] for layer in evidence.layer.tolist()), np.float64,
+                                             count=len(labels)))
     out = []
-    for label in range(int(labels.max()) + 1 if len(labels) else 0):
-        mask = labels == label
-        reach = max(view_range_of(layer) for layer in set(evidence.layer[mask].tolist()))
-        region = pose_region(evidence.xyz[mask, :2], reach, blur)
-        w = evidence.weight[mask]
-        z = float((evidence.xyz[mask, 2] * w).sum() / w.sum())
-        placement = _from_places(ROBOT, evidence, mask, np.array([*region.centre, z]), region.radius)
-        placement.view_range = reach
+    for k in range(stats.k):
+        placement = stats.placement(ROBOT, k, stats.centre[k], float(reach[k]) + blur)
+        mask = labels == k
+        placement.view_range = float(reach[k]) + blur
+        placement.seen_from, placement.seen_weight = evidence.xyz[mask, :2], evidence.weight[mask]
         out.append(placement)
     return out
 
 
-def _from_places(kind: str, evidence: PlaceLike, mask: np.ndarray, centre: np.ndarray, radius: float) -> Placement:
-    w = evidence.weight[mask]
-    return Placement(kind=kind, position=_rounded(centre), radius=round(float(radius), 2), weight=float(w.sum()),
-                     count=int(evidence.count[mask].sum()), first=float(evidence.first[mask].min()),
-                     last=float(evidence.last[mask].max()), label=int(evidence.text_id[mask][np.argmax(w)]),
-                     members=mask)
+def explained(evidence: PlaceLike, placed: Sequence[Placement], view_range_of: Callable[[str], float]
+              ) -> np.ndarray:
+    """Robot poses (places) from which a placed thing was within view: their sightings are of it.
+
+    Checked per place before any clustering: at a robot's scale of evidence
+    (thousands of sightings of a class) most poses are explained by the
+    measured or triangulated objects, and only the rest can hint at another.
+    """
+    out = np.zeros(len(evidence.weight), dtype=bool)
+    if not placed or not len(out):
+        return out
+    spots = np.array([p.position[:2] for p in placed])
+    radius = np.array([p.radius for p in placed])
+    reach = np.fromiter((view_range_of(layer) for layer in evidence.layer.tolist()), np.float64, count=len(out))
+    d = np.hypot(evidence.xyz[:, None, 0] - spots[None, :, 0], evidence.xyz[:, None, 1] - spots[None, :, 1])
+    return (d <= reach[:, None] + radius[None, :]).any(axis=1)
+
+
+def finish(placements: Sequence[Placement]) -> None:
+    """The region of each robot-pose placement (after ``absorb``, which needs only the poses)."""
+    for p in placements:
+        if p.kind == ROBOT and p.seen_from is not None and p.view_range is not None:
+            region = pose_region(p.seen_from, p.view_range)
+            p.position = (round(region.centre[0], 3), round(region.centre[1], 3), p.position[2])
+            p.radius = round(region.radius, 2)
+
+
+class _ClusterStats:
+    """Per-cluster weight, counts, times, weighted centre and covariance of places, in a few array passes."""
+
+    def __init__(self, evidence: PlaceLike, labels: np.ndarray) -> None:
+        self.labels = labels
+        k = self.k = int(labels.max()) + 1 if len(labels) else 0
+        w = evidence.weight
+        self.weight = np.bincount(labels, weights=w, minlength=k)
+        self.n_eff = self.weight ** 2 / np.bincount(labels, weights=w * w, minlength=k)
+        xyz = evidence.xyz
+        self.centre = np.column_stack([np.bincount(labels, weights=w * xyz[:, i], minlength=k) / self.weight
+                                       for i in range(3)])
+        dx, dy = xyz[:, 0] - self.centre[labels, 0], xyz[:, 1] - self.centre[labels, 1]
+        sxx, sxy, syy = (np.bincount(labels, weights=w * v, minlength=k) / self.weight
+                         for v in (dx * dx, dx * dy, dy * dy))
+        self.cov = np.stack([np.stack([sxx, sxy], axis=1), np.stack([sxy, syy], axis=1)], axis=1)
+        self.count = np.bincount(labels, weights=evidence.count, minlength=k)
+        order = np.lexsort((-w, labels))  # by cluster, the heaviest place first
+        starts = np.searchsorted(labels[order], np.arange(k))
+        self.first = np.minimum.reduceat(evidence.first[order], starts)
+        self.last = np.maximum.reduceat(evidence.last[order], starts)
+        self.label = evidence.text_id[order[starts]]
+
+    def placement(self, kind: str, k: int, centre: np.ndarray, radius: float) -> Placement:
+        return Placement(kind=kind, position=_rounded(centre), radius=round(float(radius), 2),
+                         weight=float(self.weight[k]), count=int(self.count[k]), first=float(self.first[k]),
+                         last=float(self.last[k]), label=int(self.label[k]), members=self.labels == k)
 
 
 # ---------------------------------------------------------------------- rays (bearings, ray)
@@ -230,8 +283,11 @@ def absorb(placements: list[Placement]) -> list[Placement]:
     """Less precise placements that are the same thing as a more precise one add their weight to it.
 
     Same thing: a triangulated or measured spot within the other's radius
-    (plus its own), a ray's wedge through a spot, a robot-pose region holding
-    a spot. Placements of one kind never absorb each other (two chairs).
+    (plus its own), a ray's wedge through a spot, a spot within view of where
+    the robot stood for most of a robot-pose placement's weight (the poses
+    could have seen it: a robot-pose sighting is weak evidence, and a view
+    range is a round figure). Placements of one kind never absorb each other
+    (two chairs).
     """
     ordered = sorted(placements, key=lambda p: (PRECEDENCE[p.kind], -p.weight))
     kept: list[Placement] = []
@@ -253,6 +309,10 @@ def absorb(placements: list[Placement]) -> list[Placement]:
 
 def _same_thing(precise: Placement, vague: Placement) -> bool:
     """Whether ``vague`` is consistent with the thing ``precise`` places."""
+    if vague.seen_from is not None and vague.seen_weight is not None and vague.view_range is not None:
+        d = np.hypot(vague.seen_from[:, 0] - precise.position[0], vague.seen_from[:, 1] - precise.position[1])
+        within = vague.seen_weight[d <= vague.view_range + precise.radius].sum()
+        return bool(within >= 0.5 * vague.seen_weight.sum())
     if vague.segment is not None:
         seg = vague.segment
         dx, dy = precise.position[0] - seg.origin[0], precise.position[1] - seg.origin[1]
