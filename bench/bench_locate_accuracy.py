@@ -170,7 +170,8 @@ def entity_rows(memory, case: str, truth: dict[str, Any]) -> list[str]:
 
 
 def entity_table(rows: list[tuple]) -> list[str]:
-    lines = [f"{'case':46} {'placed by':10} {'objects':>7} {'err p50':>7} {'err p90':>7} {'calib.':>6}  entities per class"]
+    lines = [f"{'case':46} {'placed by':10} {'objects':>7} {'err p50':>7} {'err p90':>7} {'calib.':>6}  "
+             "entities per class"]
     for case, source in sorted({(r[0], r[2]) for r in rows}):
         group = [r for r in rows if r[0] == case and r[2] == source]
         errors = [r[3] for r in group if not math.isnan(r[3])]

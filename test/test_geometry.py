@@ -8,11 +8,24 @@ import numpy as np
 import pytest
 
 from emem_ros.geometry.rays import (
-    Intrinsics, Mounting, Ray, RaySet, camera_ray, cut_by_border, ray_of, view_range_of, wrap,
+    Intrinsics,
+    Mounting,
+    Ray,
+    RaySet,
+    camera_ray,
+    cut_by_border,
+    ray_of,
+    view_range_of,
+    wrap,
 )
 from emem_ros.geometry.triangulation import count_poses, find_instances, fit
 from emem_ros.geometry.uncertainty import (
-    COVERAGE, Segment, circle_radii, circle_radius, compass, pose_region,
+    COVERAGE,
+    Segment,
+    circle_radii,
+    circle_radius,
+    compass,
+    pose_region,
 )
 
 CAMERA = Intrinsics(fx=400.0, cx=320.0, width=640, fy=400.0, cy=240.0, height=480)

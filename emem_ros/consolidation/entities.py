@@ -768,7 +768,7 @@ class EntityExtractor:
         next_key = -1
         known: dict[str, set[int]] = {}
         seen: list[dict[int, EntityState]] = [{} for _ in by_cluster]
-        claimed: list[dict[tuple[str, bool], set[int]]] = [{} for _ in by_cluster]
+        claimed: list[dict[tuple[str, int], set[int]]] = [{} for _ in by_cluster]
         for rank in (0, 1, 2):  # measured, then triangulated, then robot-pose sightings
             for visit, sightings in enumerate(by_cluster):
                 for sighting in sightings:

@@ -28,7 +28,12 @@ import numpy as np
 
 from emem_ros.geometry.rays import RAY_KEY, Ray, RaySet, view_range_of, wrap_array
 from emem_ros.geometry.triangulation import (
-    DIRECTION_BIN, OUTLIER_Z, RANGE_SLACK, VIEW_CELL, Fix, find_instances, fit,
+    DIRECTION_BIN,
+    OUTLIER_Z,
+    RANGE_SLACK,
+    VIEW_CELL,
+    Fix,
+    find_instances,
 )
 from emem_ros.geometry.uncertainty import COVERAGE
 

@@ -11,7 +11,6 @@ layer's camera for the ray of each stored draft's box.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -53,6 +52,7 @@ class CameraSpec:
 
 def intrinsics_from_camera_info(msg: Any) -> Intrinsics:
     """fx, cx, fy, cy and the image size of a sensor_msgs/CameraInfo; ValueError when unusable."""
+    from emem_ros.ros.adapters.base import as_float  # not at the top: params imports this module
     k = getattr(msg, "k", None)
     if k is None:
         k = getattr(msg, "K", None)  # ROS 1 spelling, some bridges keep it
@@ -66,9 +66,9 @@ def intrinsics_from_camera_info(msg: Any) -> Intrinsics:
         raise ValueError(f"CameraInfo without usable intrinsics (fx={k[0]!r}, width={width})")  # type: ignore[index]
     if not 0.0 <= cx <= width:
         raise ValueError(f"CameraInfo principal point cx={cx} lies outside the {width} px wide image")
-    usable_fy = fy if fy is not None and fy > 0.0 and cy is not None and height > 0 else 0.0
-    return Intrinsics(fx=fx, cx=cx, width=width, fy=usable_fy, cy=cy if usable_fy else 0.0,
-                      height=height if usable_fy else 0)
+    if fy is None or cy is None or fy <= 0.0 or height <= 0:  # no vertical intrinsics: no elevation
+        return Intrinsics(fx=fx, cx=cx, width=width)
+    return Intrinsics(fx=fx, cx=cx, width=width, fy=fy, cy=cy, height=height)
 
 
 class LayerCamera:
@@ -105,6 +105,8 @@ class LayerCamera:
 
     def ray(self, x: float, y: float, z: float, yaw: float, bbox: Any) -> tuple[Optional[Ray], str]:
         """The ray of a draft's box (metadata ``bbox``) from the robot pose; (None, why) when there is none."""
+        from emem_ros.ros.adapters.base import as_float
+
         intrinsics = self.intrinsics
         if intrinsics is None:
             return None, "no camera intrinsics yet (no CameraInfo received, no camera.fx)"
@@ -123,14 +125,3 @@ class LayerCamera:
         if ray is None:
             return None, "the box centre lies outside the image"
         return ray, ""
-
-
-def as_float(value: Any) -> Optional[float]:
-    """A finite float, else None (the adapters' rule; not imported: params imports this module)."""
-    if value is None or isinstance(value, (bool, str, bytes)):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None

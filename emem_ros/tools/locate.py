@@ -223,28 +223,15 @@ def _in_layers(layer: np.ndarray, layers: list[str]) -> np.ndarray:
 
 def _ray_evidence(env: ToolEnv, best: placing.Placement, rays: Optional[tuple[RaySet, np.ndarray, np.ndarray]],
                   names: dict[int, str], score: dict[int, float]) -> list[Hit]:
-    """One hit per text (and layer) among the rays that placed it, at the placed position."""
+    """The rays that placed it as one-sighting places at the placed position: ``_evidence``'s hits."""
     if rays is None:
         return []
     ray_set, text_id, layer = rays
-    mask = best.members
-    groups: dict[tuple[int, str], np.ndarray] = {}
-    for key in set(zip(text_id[mask].tolist(), layer[mask].tolist())):
-        groups[key] = mask & (text_id == key[0]) & (layer == key[1])
-    newest = {key: int(ray_set.key[m][np.argmax(ray_set.stamp[m])]) for key, m in groups.items()}
-    marks = ",".join("?" * len(newest))
-    episodes = dict(env.store.reader().execute(
-        f"SELECT id, episode_id FROM observations WHERE id IN ({marks})", list(newest.values())).fetchall())
-    hits = []
-    for (text, layer_name), m in groups.items():
-        episode = episodes.get(newest[(text, layer_name)])
-        hits.append(Hit(id=make_id(NodeKind.OBSERVATION, newest[(text, layer_name)]), kind="observation",
-                        text=names.get(text, ""), layer=layer_name, position=best.position,
-                        stamp=float(ray_set.stamp[m].max()), first_stamp=float(ray_set.stamp[m].min()),
-                        score=round(score.get(text, 0.0), 4), count=int(m.sum()),
-                        episode_id=make_id(NodeKind.EPISODE, episode) if episode is not None else None))
-    hits.sort(key=lambda h: (-(h.score or 0.0), -h.count))
-    return hits[:5]
+    m = best.members
+    n = int(m.sum())
+    as_places = _Evidence(text_id[m], layer[m], np.tile(np.asarray(best.position, dtype=np.float64), (n, 1)),
+                          np.ones(n), ray_set.stamp[m], ray_set.stamp[m], ray_set.key[m], ray_set.weight[m])
+    return _evidence(env, as_places, names, score)
 
 
 def _relevance(env: ToolEnv, vector, ranked: list[Candidate]) -> dict[int, float]:

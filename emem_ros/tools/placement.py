@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class Placement:
 
 
 # ---------------------------------------------------------------------- places (measured, robot pose)
-class PlaceLike:
+class PlaceLike(Protocol):
     """What ``measured_placements`` and ``robot_placements`` read (``tools.locate._Evidence``)."""
 
     text_id: np.ndarray
