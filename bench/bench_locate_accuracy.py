@@ -23,8 +23,14 @@ says placed it. Targets (issue 14): on the 2-D-only bag, median error
 <= 0.5 m for objects seen from at least three poses; calibration >= 0.9 for
 every kind; both chairs (one class, two rooms) reported.
 
-    python bench/bench_locate_accuracy.py            # MiniLM embeddings (offline), windows
-    python bench/bench_locate_accuracy.py --quick    # hashing embedder, whole-bag questions only
+It also measures what bearings cost a ``locate`` call at scale (``--latency``,
+default 100k observations; 0 = skip): bench_tools' robot stream twice in one
+run, once as it is (2-D detections at the robot's pose) and once with each
+2-D detection carrying the ray from the robot to its object (1° noise), the
+same questions asked of both (hashing embedder, query embeddings excluded).
+
+    python bench/bench_locate_accuracy.py            # MiniLM embeddings (offline), windows, latency at 100k
+    python bench/bench_locate_accuracy.py --quick    # hashing embedder, whole-bag questions only, no latency
     python bench/bench_locate_accuracy.py --save     # also write bench/results/locate_accuracy-<date>.txt
 """
 
@@ -183,11 +189,73 @@ def entity_table(rows: list[tuple]) -> list[str]:
     return lines
 
 
+QUERIES = ["red mug", "where is the refrigerator", "a person near the door", "laptop on the desk",
+           "fire extinguisher", "something to sit on"]
+"""bench_tools' locate questions."""
+
+
+def latency(n: int, rounds: int = 50) -> list[str]:
+    """locate p50/p95 on bench_tools' stream without and with rays (same data otherwise, same run)."""
+    import random
+
+    import numpy as np
+
+    from emem_ros.embeddings import HashingEmbeddingProvider
+    from emem_ros.geometry.rays import Ray
+    from engines import adder, flush, open_ours
+    from robot_streams import CachedProvider, make_stream
+
+    stream = make_stream(n)
+    positions = {(room.index, label): (room.origin[0] + lx, room.origin[1] + ly)
+                 for room in stream.rooms for label, lx, ly in room.objects}
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bench-locate-latency-") as tmp:
+        results = {}
+        for with_rays in (False, True):
+            rng = random.Random(5)
+            provider = CachedProvider(HashingEmbeddingProvider())
+            clock = [float(stream.stamp[0])]
+            folder = Path(tmp) / ("rays" if with_rays else "plain")
+            folder.mkdir()
+            memory = open_ours(folder, provider, lambda: clock[0], query_cache_enabled=False)
+            add = adder("emem_ros", memory)
+            rays = 0
+            for i, row in enumerate(stream.rows()):
+                text, x, y, z, stamp, layer, source, conf, value, meta = row
+                if with_rays and layer == "detections":
+                    target = positions[(int(stream.room[i]), text)]
+                    azimuth = math.atan2(target[1] - y, target[0] - x) + rng.gauss(0.0, math.radians(1.0))
+                    meta = {**meta, "ray": Ray(x, y, 0.9, azimuth, 0.0, math.radians(1.0)).to_metadata(),
+                            "view_range": 9.0}
+                    rays += 1
+                add(text, x, y, z, stamp, layer, source, conf, value, meta)
+            flush("emem_ros", memory)
+            provider.precompute(QUERIES)
+            clock[0] = float(stream.stamp[-1]) + 30.0
+            for q in QUERIES:
+                memory.locate(q)
+            times = []
+            for _ in range(rounds):
+                for q in QUERIES:
+                    t0 = time.perf_counter()
+                    memory.locate(q)
+                    times.append((time.perf_counter() - t0) * 1000.0)
+            answer = memory.tools.locate("red mug")
+            memory.close()
+            results[with_rays] = (percentile(times, 0.5), percentile(times, 0.95), rays, answer.source)
+        for with_rays, (p50, p95, rays, source) in results.items():
+            what = f"with rays ({rays:,} detections carry one)" if with_rays else "robot-pose detections, no rays"
+            out.append(f"  {what:48} p50 {p50:6.2f}  p95 {p95:6.2f}   ('red mug' placed by: {source})")
+        out.append(f"  ratio with / without rays: p50 {results[True][0] / results[False][0]:.2f}x")
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="hashing embedder, whole-bag questions only")
     parser.add_argument("--embedding", choices=("sentence_transformers", "hashing"), default=None)
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--latency", type=int, default=None, help="observations for the latency part (0 = skip)")
     args = parser.parse_args(argv)
     embedding = args.embedding or ("hashing" if args.quick else "sentence_transformers")
     with_windows = not args.quick
@@ -236,6 +304,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     lines += entity_table(entities)
     lines += ["", "One class, two rooms (both instances inside a reported radius):"]
     lines += [f"  {what}: {'both reported' if ok else 'NOT both reported'}" for what, ok in duplicates]
+    latency_n = args.latency if args.latency is not None else (0 if args.quick else 100_000)
+    if latency_n:
+        lines += ["", f"locate latency at {latency_n:,} observations (ms, query embedding excluded):"]
+        lines += latency(latency_n)
     lines += ["", "calib. = share of answers whose stated radius holds the true position; stated = mean stated "
               "confidence (0.95 x share of evidence); err and rad(ius) in metres. Entities state a radius only "
               "when placed by bearings (metadata 'radius').",

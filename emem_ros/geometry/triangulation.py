@@ -65,8 +65,8 @@ SEED_SLACK = (1.0, 0.5, 0.25, 0.1)
 """Metres the start may be off: the first iterations also accept rays passing this close to the estimate,
 then the gate narrows to the rays' own noise."""
 VOTE_CELL = 0.5
-MAX_GROUPS = 160
-"""Direction groups that vote (largest first): bounds the pairs at ~13k whatever the number of rays."""
+MAX_GROUPS = 120
+"""Direction groups that vote (largest first): bounds the pairs at ~7k whatever the number of rays."""
 MAX_SEEDS = 12
 ITERATIONS = 10
 

@@ -45,7 +45,7 @@ from emem_ros.tools.knowledge import entities_near, gist_search
 from emem_ros.tools.perception import area_gists, nearby_hits
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.ray_layers import layer_has_rays
-from emem_ros.tools.ray_reads import read_rays
+from emem_ros.tools.ray_reads import read_place_rays, read_rays
 from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
 from emem_ros.tools.window_places import places_in_window
 
@@ -55,6 +55,10 @@ MIN_RELEVANCE = 0.01
 """Texts weighing less than this next to the best match are not read at all."""
 MAX_PLACES = 2000
 OTHER_PLACES = 4
+MAX_RAYS_READ = 500
+"""Sightings (in camera layers) up to which every ray is read; beyond, one ray per place."""
+MAX_RAY_PLACES = 400
+"""Places whose ray is read at most (the heaviest: relevance, sightings, recency)."""
 
 
 @dataclass
@@ -104,13 +108,19 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
     rays: Optional[tuple[RaySet, np.ndarray, np.ndarray]] = None
     ray_layers = [layer for layer in robot_layers if kinds[layer].rays]
     if ray_layers:
-        texts = sorted(set(evidence.text_id[_in_layers(evidence.layer, ray_layers)].tolist()))
-        read = read_rays(env.store.reader(), texts, ray_layers, f.after, f.before)
+        in_ray_layers = _in_layers(evidence.layer, ray_layers)
+        if evidence.count[in_ray_layers].sum() <= MAX_RAYS_READ:
+            texts = sorted(set(evidence.text_id[in_ray_layers].tolist()))
+            read = read_rays(env.store.reader(), texts, ray_layers, f.after, f.before)
+        else:  # seen thousands of times: one ray per viewpoint (place), the heaviest places first
+            ids = evidence.last_obs[in_ray_layers]
+            heaviest = np.argsort(-evidence.weight[in_ray_layers], kind="stable")[:MAX_RAY_PLACES]
+            read = read_place_rays(env.store.reader(), ids[heaviest].tolist())
         if len(read.rays):
             read.rays.weight = _lookup(relevance, read.text_id) * _recency(
                 read.text_id, read.rays.stamp, env.config.recency_halflife)
             rays = (read.rays, read.text_id, read.layer)
-            placements += placing.ray_placements(read.rays, read.text_id)
+            placements += placing.ray_placements(read.rays, read.text_id, placements)
             capped += read.capped
             pose_layers = [layer for layer in robot_layers if layer not in set(read.layer.tolist())]
     if pose_layers:

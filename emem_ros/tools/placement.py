@@ -156,6 +156,15 @@ def explained(evidence: PlaceLike, placed: Sequence[Placement], view_range_of: C
     return (d <= reach[:, None] + radius[None, :]).any(axis=1)
 
 
+def points_at(rays: RaySet, placed: Placement) -> np.ndarray:
+    """Rays that point at a placed thing, within their noise, its radius and their range."""
+    dx, dy = placed.position[0] - rays.x, placed.position[1] - rays.y
+    distance = np.hypot(dx, dy)
+    off = np.abs(wrap_array(np.arctan2(dy, dx) - rays.azimuth))
+    slack = np.arctan2(placed.radius, np.maximum(distance, 1e-6))
+    return (off <= OUTLIER_Z * rays.sigma + slack) & (distance <= rays.view_range * 1.1 + placed.radius)
+
+
 def finish(placements: Sequence[Placement]) -> None:
     """The region of each robot-pose placement (after ``absorb``, which needs only the poses)."""
     for p in placements:
@@ -195,15 +204,27 @@ class _ClusterStats:
 
 
 # ---------------------------------------------------------------------- rays (bearings, ray)
-def ray_placements(rays: RaySet, text_id: np.ndarray) -> list[Placement]:
+def ray_placements(rays: RaySet, text_id: np.ndarray, placed: Sequence[Placement] = ()) -> list[Placement]:
     """Triangulated objects (``bearings``), then the strongest unexplained direction (``ray``).
 
     ``rays.weight`` is each ray's relevance times recency; a placement weighs
     the sum over its poses of their mean weight times (1 + log of their rays),
-    like places do.
+    like places do. Rays pointing at a thing already ``placed`` (measured)
+    are its sightings: they add their weight to it and are not triangulated.
     """
     if not len(rays):
         return []
+    owner = np.full(len(rays), -1)
+    for k, p in enumerate(placed):  # each ray is a sighting of the first placed thing it points at
+        owner[(owner < 0) & points_at(rays, p)] = k
+    for k, p in enumerate(placed):
+        mine = owner == k
+        if mine.any():
+            p.weight += pose_weight(rays.take(mine), text_id[mine])
+            p.absorbed.append(BEARINGS)
+    if (owner >= 0).any():
+        keep = np.nonzero(owner < 0)[0]
+        return [_reindex(q, keep, len(rays)) for q in ray_placements(rays.take(keep), text_id[keep])]
     fixes, unexplained = find_instances(rays)
     out = []
     for fix in fixes:
@@ -220,6 +241,14 @@ def ray_placements(rays: RaySet, text_id: np.ndarray) -> list[Placement]:
         placement.view_range = seg.far
         out.append(placement)
     return out
+
+
+def _reindex(placement: Placement, keep: np.ndarray, n: int) -> Placement:
+    """A placement made from a subset of the rays, its mask put back over all of them."""
+    mask = np.zeros(n, dtype=bool)
+    mask[keep[placement.members]] = True
+    placement.members = mask
+    return placement
 
 
 def _from_rays(kind: str, rays: RaySet, text_id: np.ndarray, mask: np.ndarray, position: Sequence[float],

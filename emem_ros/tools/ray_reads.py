@@ -1,10 +1,20 @@
-"""The rays of a few texts, read from the observations' metadata (newest first, bounded).
+"""The rays of a few texts, read from the observations' metadata (bounded).
 
 A camera layer stores each detection's ray in the observation's metadata
 (``geometry.rays``). ``locate`` reads them for the texts that match the
-question: per text the newest ``MAX_RAYS_PER_TEXT`` inside the call's time
-window (index ``obs_text_stamp``), the ray and view range extracted by
-SQLite's JSON functions and decoded in one ``json.loads`` for all rows.
+question, in one of two ways:
+
+- ``read_rays``: every ray of the texts inside the call's time window, the
+  newest ``MAX_RAYS_PER_TEXT`` per text (index ``obs_text_stamp``): for a
+  thing seen a few hundred times;
+- ``read_place_rays``: the ray of each place's newest sighting (places are
+  per text, layer and 0.5 m cell of where the robot stood, so one ray per
+  viewpoint): for a thing seen thousands of times, where the triangulation
+  counts a viewpoint's rays as a few at most anyway and reading them all
+  would cost milliseconds per thousand.
+
+Either way SQLite's JSON functions extract the ray and view range, decoded in
+one ``json.loads`` for all rows.
 """
 
 from __future__ import annotations
@@ -32,31 +42,50 @@ class TextRays:
     """Texts with more rays in the window than were read."""
 
 
+_COLUMNS = "id, stamp, layer, text_id, json_extract(metadata, '$.ray'), json_extract(metadata, '$.view_range')"
+
+
 def read_rays(conn, text_ids: Sequence[int], layers: Sequence[str], after: Optional[float],
               before: Optional[float], per_text: int = MAX_RAYS_PER_TEXT) -> TextRays:
     """Rays of ``text_ids`` in ``layers`` and [after, before]; rows without a valid ray are left out."""
     lo = after if after is not None else -math.inf
     hi = before if before is not None else math.inf
     marks = ",".join("?" * len(layers))
-    sql = (f"SELECT id, stamp, layer, json_extract(metadata, '$.ray'), json_extract(metadata, '$.view_range')"
-           f" FROM observations WHERE text_id = ? AND stamp >= ? AND stamp <= ? AND layer IN ({marks})"
-           " AND metadata IS NOT NULL ORDER BY stamp DESC LIMIT ?")
-    ids, stamps, layer_of, texts, rays, ranges = [], [], [], [], [], []
+    sql = (f"SELECT {_COLUMNS} FROM observations WHERE text_id = ? AND stamp >= ? AND stamp <= ?"
+           f" AND layer IN ({marks}) AND metadata IS NOT NULL ORDER BY stamp DESC LIMIT ?")
+    rows: list[tuple] = []
     capped = []
     for text_id in text_ids:
-        rows = conn.execute(sql, (text_id, lo, hi, *layers, per_text + 1)).fetchall()
-        if len(rows) > per_text:
+        found = conn.execute(sql, (text_id, lo, hi, *layers, per_text + 1)).fetchall()
+        if len(found) > per_text:
             capped.append(int(text_id))
-            rows = rows[:per_text]
-        for obs_id, stamp, layer, ray, view_range in rows:
-            if ray is None:
-                continue
-            ids.append(obs_id)
-            stamps.append(stamp)
-            layer_of.append(layer)
-            texts.append(text_id)
-            rays.append(ray)
-            ranges.append(view_range)
+            found = found[:per_text]
+        rows += found
+    return _decode(rows, capped)
+
+
+def read_place_rays(conn, observation_ids: Sequence[int]) -> TextRays:
+    """The rays of these observations (places' newest sightings), by id."""
+    rows: list[tuple] = []
+    ids = list(observation_ids)
+    for start in range(0, len(ids), 900):
+        chunk = ids[start:start + 900]
+        rows += conn.execute(f"SELECT {_COLUMNS} FROM observations WHERE id IN ({','.join('?' * len(chunk))})",
+                             chunk).fetchall()
+    return _decode(rows, [])
+
+
+def _decode(found: list[tuple], capped: list[int]) -> TextRays:
+    ids, stamps, layer_of, texts, rays, ranges = [], [], [], [], [], []
+    for obs_id, stamp, layer, text_id, ray, view_range in found:
+        if ray is None:
+            continue
+        ids.append(obs_id)
+        stamps.append(stamp)
+        layer_of.append(layer)
+        texts.append(text_id)
+        rays.append(ray)
+        ranges.append(view_range)
     if not rays:
         return TextRays(RaySet.empty(), np.empty(0, np.int64), np.empty(0, object), capped)
     try:
