@@ -309,8 +309,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         lines += ["", f"locate latency at {latency_n:,} observations (ms, query embedding excluded):"]
         lines += latency(latency_n)
     lines += ["", "calib. = share of answers whose stated radius holds the true position; stated = mean stated "
-              "confidence (0.95 x share of evidence); err and rad(ius) in metres. Entities state a radius only "
-              "when placed by bearings (metadata 'radius').",
+              "confidence (0.95 x share of evidence); err and rad(ius) in metres. Entities: their metadata "
+              "'radius' (the same models as locate's).",
               f"total bench time {time.perf_counter() - started:.0f} s"]
     print("\n".join(lines))
     if args.save:

@@ -170,3 +170,13 @@ def test_each_object_is_one_entity_placed_by_bearings(replayed, name):
         assert 0.0 < spread < meta["radius"]
     found = memory.tools.entity_query(name=name, n_results=10)
     assert len([h for h in found.hits if h.text == name]) == len(instances(name))
+
+
+def test_entities_of_robot_poses_only_state_a_radius_that_holds_the_object(replayed):
+    _, memory = replayed["pose only"]
+    rows = memory.store.reader().execute("SELECT name, x, y, metadata FROM entities").fetchall()
+    for thing in TRUTH["objects"]:
+        mine = [(x, y, json.loads(meta)) for name, x, y, meta in rows if name == thing["name"]]
+        x, y, meta = min(mine, key=lambda e: math.dist(e[:2], thing["position"][:2]))
+        assert meta["position_source"] == "robot" and meta["view_range"] == 6.0
+        assert math.dist((x, y), thing["position"][:2]) <= meta["radius"], (thing["name"], meta["radius"])

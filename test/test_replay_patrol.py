@@ -163,6 +163,11 @@ def test_an_entity_of_each_object_sits_within_a_metre_and_none_in_another_room(m
     for thing in instances(name):
         assert min(math.dist(h.position[:2], thing["position"][:2]) for h in same) < 1.0
     assert sorted(room_of(*h.position[:2]) for h in same) == sorted(o["room"] for o in instances(name))
+    radii = dict(memory.store.reader().execute(
+        "SELECT 'ent-' || id, json_extract(metadata, '$.radius') FROM entities WHERE name = ?", (name,)).fetchall())
+    for thing in instances(name):  # measured: the stated radius holds the object
+        hit = min(same, key=lambda h: math.dist(h.position[:2], thing["position"][:2]))
+        assert math.dist(hit.position[:2], thing["position"][:2]) <= radii[hit.id] <= 0.5
 
 
 @pytest.mark.parametrize("name", NAMES)

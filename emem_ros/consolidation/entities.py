@@ -85,6 +85,7 @@ import json
 import logging
 import math
 import operator
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -98,8 +99,9 @@ from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
-from emem_ros.geometry.rays import RaySet
+from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.triangulation import Fix
+from emem_ros.geometry.uncertainty import MEASURED_FLOOR, circle_radius, pose_region
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.memory import Memory
@@ -124,6 +126,7 @@ _SIGNATURE = operator.attrgetter("source_type", "layer", "text", "metadata_json"
 _SKIP = "skip"
 _FREE_TEXT = "free text"
 _ID, _STAMP, _CONFIDENCE = (operator.attrgetter(name) for name in ("id", "stamp", "confidence"))
+_VIEW_RANGE = re.compile(r'"view_range":\s*([0-9]+(?:\.[0-9]+)?)')
 
 
 @dataclass
@@ -203,6 +206,8 @@ class Sighting:
     """Robot-pose sightings of a camera layer: their rows' rays."""
     fix: Optional[Fix] = field(default=None, repr=False)
     """Where the rays of this visit meet (``entity_bearings.partition``): a bearings-placed sighting."""
+    view_range: float = 0.0
+    """Robot-pose sightings: how far from the robot the thing may have been (its rows' ``view_range``)."""
 
     def add(self, row: ObsRow) -> None:
         if self.anchor is None and row.x is not None and row.y is not None:
@@ -230,6 +235,10 @@ class Sighting:
         if points:
             array = np.asarray(points, dtype=np.float64)
             self.moments.merge(Moments(float(len(array)), array.sum(axis=0), float((array * array).sum())))
+        if not self.precise:  # one row says it for the layer: no need to parse them all
+            found = _VIEW_RANGE.search(rows[-1].metadata_json or "")
+            if found:
+                self.view_range = max(self.view_range, float(found.group(1)))
         return self
 
     @property
@@ -273,6 +282,8 @@ class EntityState:
     key: int = 0
     bearing: BearingTrack = field(default_factory=BearingTrack)
     """Compact rays of its camera sightings; they place it when no object position was measured."""
+    view_range: float = 0.0
+    """The farthest its robot-pose sightings may have been from the robot (0: not said)."""
 
     @property
     def best(self) -> Moments:
@@ -316,6 +327,7 @@ class EntityState:
         (self.object if sighting.precise else self.robot).merge(sighting.moments)
         if sighting.rays is not None and len(sighting.rays):
             self.bearing.add(sighting.rays)
+        self.view_range = max(self.view_range, sighting.view_range)
         self.visits += 1
         if sighting.seen_from is not None:
             self.add_place(sighting.seen_from)
@@ -339,9 +351,28 @@ class EntityState:
         })
         if len(self.bearing):
             meta["rays"] = self.bearing.to_json()
+        if self.view_range > 0:
+            meta["view_range"] = self.view_range
+        radius = self.radius()
+        if radius is not None:
+            meta["radius"] = round(radius, 3)
         if found is not None:
-            meta.update({"radius": round(found.radius(), 3), "poses": found.poses})
+            meta["poses"] = found.poses
         return meta
+
+    def radius(self) -> Optional[float]:
+        """Metres around ``position`` that hold the thing with probability ``COVERAGE`` (the models of
+        ``tools.placement``): measured positions' spread over the visits plus a floor, the rays' fit, or
+        every spot within view of the places it was seen from."""
+        if self.object.w > 0:
+            variance = self.object.spread ** 2 / 2.0 * (1.0 / max(self.visits, 1) + 0.25) + MEASURED_FLOOR ** 2
+            return circle_radius(np.eye(2) * variance)
+        found = self.bearing_fix
+        if found is not None:
+            return found.radius()
+        if self.places:
+            return pose_region(np.asarray(self.places), self.view_range or DEFAULT_VIEW_RANGE).radius
+        return None
 
 
 def _state_from_row(row: Sequence[Any], vector: np.ndarray) -> EntityState:
@@ -364,6 +395,8 @@ def _state_from_row(row: Sequence[Any], vector: np.ndarray) -> EntityState:
     state.places = [list(p) for p in meta.pop("places", []) if isinstance(p, (list, tuple)) and len(p) == 2]
     state.visits = int(meta.pop("visits", 0) or 0)
     state.bearing = BearingTrack.from_json(meta.pop("rays", None))
+    view_range = meta.pop("view_range", 0.0)
+    state.view_range = float(view_range) if isinstance(view_range, (int, float)) and view_range > 0 else 0.0
     for derived in ("position_source", "radius", "poses"):
         meta.pop(derived, None)
     state.extra = meta

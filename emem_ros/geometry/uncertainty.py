@@ -26,6 +26,8 @@ import numpy as np
 
 COVERAGE = 0.95
 """Probability the stated radius is meant to hold (under the evidence kind's model)."""
+MEASURED_FLOOR = 0.1
+"""Metres (1 sigma per axis) of error in measured positions that no spread shows (depth, calibration)."""
 
 _Z = np.linspace(-6.0, 6.0, 241)
 _PDF = np.exp(-0.5 * _Z * _Z) / math.sqrt(2.0 * math.pi)

@@ -32,7 +32,14 @@ import numpy as np
 from emem_ros.core.types import Position
 from emem_ros.geometry.rays import MIN_RANGE, RaySet, wrap_array
 from emem_ros.geometry.triangulation import OUTLIER_Z, SAME_POSE, count_poses, find_instances
-from emem_ros.geometry.uncertainty import COVERAGE, Segment, circle_radii, normal_quantile, pose_region
+from emem_ros.geometry.uncertainty import (
+    COVERAGE,
+    MEASURED_FLOOR,
+    Segment,
+    circle_radii,
+    normal_quantile,
+    pose_region,
+)
 from emem_ros.tools.clusters import components
 
 MEASURED = "measured"
@@ -45,8 +52,6 @@ LINK = 1.0
 """Metres: evidence places closer than this belong to one spot."""
 ROOM_LINK = 2.5
 """Metres: the wider linking used when no single spot holds most of the evidence."""
-MEASURED_FLOOR = 0.1
-"""Metres (1 sigma per axis) of error in measured positions that no spread shows (depth, calibration)."""
 MIN_SEGMENT_RAYS = 3
 """Rays no object explains form a direction of their own only with this many from one pose (or when
 nothing was triangulated at all): fewer are a detector's stray boxes."""
