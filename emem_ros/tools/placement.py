@@ -129,10 +129,8 @@ def robot_placements(evidence: PlaceLike, view_range_of: Callable[[str], float],
     """
     labels = link_places(evidence.xyz[:, :2], evidence.weight)
     stats = _ClusterStats(evidence, labels)
-    ranges = {layer: view_range_of(layer) for layer in set(evidence.layer.tolist())}
     reach = np.zeros(stats.k)
-    np.maximum.at(reach, labels, np.fromiter((ranges[layer] for layer in evidence.layer.tolist()), np.float64,
-                                             count=len(labels)))
+    np.maximum.at(reach, labels, _per_layer(evidence.layer, view_range_of))
     out = []
     for k in range(stats.k):
         placement = stats.placement(ROBOT, k, stats.centre[k], float(reach[k]) + blur)
@@ -156,9 +154,20 @@ def explained(evidence: PlaceLike, placed: Sequence[Placement], view_range_of: C
         return out
     spots = np.array([p.position[:2] for p in placed])
     radius = np.array([p.radius for p in placed])
-    reach = np.fromiter((view_range_of(layer) for layer in evidence.layer.tolist()), np.float64, count=len(out))
-    d = np.hypot(evidence.xyz[:, None, 0] - spots[None, :, 0], evidence.xyz[:, None, 1] - spots[None, :, 1])
-    return (d <= reach[:, None] + radius[None, :]).any(axis=1)
+    reach = _per_layer(evidence.layer, view_range_of)
+    d2 = (evidence.xyz[:, None, 0] - spots[None, :, 0]) ** 2 + (evidence.xyz[:, None, 1] - spots[None, :, 1]) ** 2
+    return (d2 <= (reach[:, None] + radius[None, :]) ** 2).any(axis=1)
+
+
+def _per_layer(layer: np.ndarray, value_of: Callable[[str], float]) -> np.ndarray:
+    """``value_of(layer)`` for every row, one call per distinct layer (a few) rather than per row."""
+    names = set(layer.tolist()) if len(layer) < 64 else set(np.unique(layer).tolist())
+    if len(names) == 1:
+        return np.full(len(layer), value_of(next(iter(names))))
+    out = np.empty(len(layer))
+    for name in names:
+        out[layer == name] = value_of(name)
+    return out
 
 
 def points_at(rays: RaySet, placed: Placement) -> np.ndarray:
