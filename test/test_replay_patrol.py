@@ -179,6 +179,7 @@ def test_locate_without_a_layer_trusts_measured_positions_over_the_robot_pose(me
         assert min(math.dist(spot[:2], thing["position"][:2]) for spot in spots(result, name)) < 1.0
     assert any(n.startswith("placed by measured object positions") for n in result.notes), result.notes
     assert all(h.layer == "detections_3d" for h in result.evidence)
+    assert all(p.source == "measured" for p in result.elsewhere), str(result)  # no stray box as another object
 
 
 def test_the_red_mug_is_not_confused_with_the_blue_one(memory):

@@ -94,6 +94,19 @@ def test_a_stray_box_makes_no_second_object(make_memory, clock):
     assert result.source == "bearings" and result.elsewhere == []
 
 
+def test_a_stray_box_beside_a_measured_object_makes_no_second_object(make_memory, clock):
+    memory = make_memory()
+    rng = np.random.default_rng(6)
+    measured(memory, "mug", (2.0, 3.0), 10, clock.now - 300, rng)
+    seen_by_camera(memory, "mug", (2.0, 3.0), walk(0.0, 0.0, 4.0, 0.0, 12), clock.now - 200, rng)
+    memory.add("mug", x=0.0, y=0.0, timestamp=clock.now - 50, layer_name="camera", source_type="perception",
+               metadata={"class_id": "mug", "position_source": "odometry", "view_range": 6.0,
+                         "ray": Ray(0.0, 0.0, 0.9, -2.0, 0.0, SIGMA).to_metadata()})
+    result = memory.tools.locate("mug")
+    assert result.source == "measured" and result.elsewhere == [], str(result)
+    assert result.confidence == pytest.approx(COVERAGE)
+
+
 def test_robot_poses_only_give_a_region_within_the_view_range(make_memory, clock):
     memory = make_memory()
     seen_from(memory, "fire extinguisher", walk(0.0, 0.0, 4.0, 0.0, 9), clock.now - 100)

@@ -218,13 +218,16 @@ class _ClusterStats:
 
 
 # ---------------------------------------------------------------------- rays (bearings, ray)
-def ray_placements(rays: RaySet, text_id: np.ndarray, placed: Sequence[Placement] = ()) -> list[Placement]:
+def ray_placements(rays: RaySet, text_id: np.ndarray, placed: Sequence[Placement] = (),
+                   explained_elsewhere: bool = False) -> list[Placement]:
     """Triangulated objects (``bearings``), then the strongest unexplained direction (``ray``).
 
     ``rays.weight`` is each ray's relevance times recency; a placement weighs
     the sum over its poses of their mean weight times (1 + log of their rays),
     like places do. Rays pointing at a thing already ``placed`` (measured)
-    are its sightings: they add their weight to it and are not triangulated.
+    are its sightings: they add their weight to it and are not triangulated;
+    then (``explained_elsewhere``) a few rays left over are stray boxes, not a
+    direction of their own.
     """
     if not len(rays):
         return []
@@ -238,14 +241,15 @@ def ray_placements(rays: RaySet, text_id: np.ndarray, placed: Sequence[Placement
             p.absorbed.append(BEARINGS)
     if (owner >= 0).any():
         keep = np.nonzero(owner < 0)[0]
-        return [_reindex(q, keep, len(rays)) for q in ray_placements(rays.take(keep), text_id[keep])]
+        return [_reindex(q, keep, len(rays))
+                for q in ray_placements(rays.take(keep), text_id[keep], explained_elsewhere=True)]
     fixes, unexplained = find_instances(rays)
     out = []
     for fix in fixes:
         mask = fix.inliers
         position = (float(fix.position[0]), float(fix.position[1]), fix.z)
         out.append(_from_rays(BEARINGS, rays, text_id, mask, position, fix.radius(), fix.poses))
-    segment = _strongest_direction(rays, unexplained, any_fix=bool(fixes))
+    segment = _strongest_direction(rays, unexplained, any_fix=bool(fixes) or explained_elsewhere)
     if segment is not None:
         mask, seg = segment
         region = seg.circle()
