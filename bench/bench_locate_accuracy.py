@@ -198,12 +198,11 @@ def latency(n: int, rounds: int = 50) -> list[str]:
     """locate p50/p95 on bench_tools' stream without and with rays (same data otherwise, same run)."""
     import random
 
-    import numpy as np
+    from engines import adder, flush, open_ours
+    from robot_streams import CachedProvider, make_stream
 
     from emem_ros.embeddings import HashingEmbeddingProvider
     from emem_ros.geometry.rays import Ray
-    from engines import adder, flush, open_ours
-    from robot_streams import CachedProvider, make_stream
 
     stream = make_stream(n)
     positions = {(room.index, label): (room.origin[0] + lx, room.origin[1] + ly)

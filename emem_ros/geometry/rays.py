@@ -191,14 +191,6 @@ class RaySet:
             return cls.empty()
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.FIELDS))
 
-    @property
-    def origins(self) -> np.ndarray:
-        return np.column_stack([self.x, self.y])
-
-    @property
-    def directions(self) -> np.ndarray:
-        return np.column_stack([np.cos(self.azimuth), np.sin(self.azimuth)])
-
 
 def ray_of(metadata: Any) -> Optional[Ray]:
     """The ray in a metadata dict or JSON text (None when it has none or it is malformed)."""

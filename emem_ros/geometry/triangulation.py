@@ -36,7 +36,7 @@ set aside, and the next spot is tried.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -87,7 +87,6 @@ class Fix:
     """The residual scale applied to the covariance (1 = the rays were as precise as stated)."""
     dof: float = math.inf
     """Degrees of freedom behind the scale (prior included): few rays make the tails heavier."""
-    extras: dict = field(default_factory=dict)
 
     def radius(self, coverage: float = COVERAGE) -> float:
         return circle_radius(self.covariance, coverage, self.dof)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
 
 import numpy as np
 
@@ -192,9 +191,3 @@ def compass(azimuth: float) -> str:
 
 def degrees(azimuth: float) -> int:
     return int(round(math.degrees(azimuth))) % 360
-
-
-def clamp_radius(radius: Optional[float], floor: float = 0.05) -> Optional[float]:
-    if radius is None or not math.isfinite(radius):
-        return None
-    return max(float(radius), floor)

@@ -31,7 +31,7 @@ import numpy as np
 
 from emem_ros.core.types import Position
 from emem_ros.geometry.rays import MIN_RANGE, RaySet, wrap_array
-from emem_ros.geometry.triangulation import OUTLIER_Z, SAME_POSE, count_poses, find_instances
+from emem_ros.geometry.triangulation import OUTLIER_Z, SAME_POSE, find_instances
 from emem_ros.geometry.uncertainty import (
     COVERAGE,
     MEASURED_FLOOR,
@@ -379,7 +379,3 @@ def _rounded(point: np.ndarray) -> Position:
 def _heaviest(text_id: np.ndarray, weight: np.ndarray) -> int:
     texts, index = np.unique(text_id, return_inverse=True)
     return int(texts[int(np.argmax(np.bincount(index.reshape(-1), weights=weight)))])
-
-
-def poses_of(rays: RaySet) -> int:
-    return count_poses(rays.x, rays.y)
