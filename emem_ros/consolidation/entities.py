@@ -18,15 +18,25 @@ sighting, or several when 3-D detections put them more than
   odometry``): the object is somewhere in view, meters away.
 - Anything else with a position (3-D detections, positions given by the
   caller) is the object's own position.
+- A 2-D detection of a camera layer also carries its ray (``geometry.rays``):
+  a visit's rays of one label are split into the objects they meet at
+  (``entity_bearings.partition``: each a sighting of its own), and an entity
+  keeps compact rays across visits (``entity_bearings.BearingTrack``).
 An entity keeps running moments (weight, sum, sum of squares) of both kinds
-apart. Its position and spread come from the object positions once it has
-any, and from where the robot stood only until then: many vague sightings
-never drag a precise estimate. (The spread of a robot-only entity is as wide
-as where the robot stood: honest about the uncertainty.)
+apart. Its position comes from the object positions once it has any, else
+from where its rays meet (``position_source: bearings``), and from where the
+robot stood only until then: many vague sightings never drag a precise
+estimate. Its metadata ``radius`` holds it with the probability ``locate``'s
+radii do (``EntityState.radius``; for a robot-only entity: every spot within
+view of where it was seen from).
 
 Merging a sighting into a known entity requires
 1. meaning: cosine of the name embeddings >= ``entity_similarity_threshold``;
-2. distance, which depends on what each side's position is:
+2. rays, where they say something (``_bearing_verdict``): rays that point
+   elsewhere than a placed entity (three or more: one or two stray boxes say
+   nothing), or a triangulated spot away from it, are another object; rays
+   that point at it, or meet with its rays from another pose, are it;
+3. otherwise distance, which depends on what each side's position is:
    - both measured (a 3-D sighting, an entity with object positions): within
      ``INSTANCE_SEPARATION`` plus twice the entity's spread (``same_object_reach``).
      ``entity_spatial_radius`` is far too wide here: two chairs 1.5 m apart
@@ -41,7 +51,7 @@ Merging a sighting into a known entity requires
    - both where the robot stood: within ``entity_spatial_radius`` *and* the
      same place: the robot's mean position within ``consolidation_spatial_eps``
      of a place the entity was seen from before;
-3. not an entity another sighting of the same name and kind took in this
+4. not an entity another sighting of the same name and kind took in this
    visit: ``_sightings`` split them as separate instances, so they stay
    apart (before this rule, the second of two mugs 4 m apart in one view
    merged into the first and both became one phantom mug between them).
