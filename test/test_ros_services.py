@@ -79,8 +79,10 @@ def test_one_service_per_srv_file_and_registered_tool(world):
         assert spec.srv_type == f"emem_ros/srv/{spec.srv_name}"
         if spec.name != "call_tool":
             assert spec.tool == spec.name and spec.tool in registered, spec.name
-    via_registry = {s.name for s in SERVICES if s.via_registry}
-    assert via_registry == {"record_experience", "find_experiences", "memory_stats", "call_tool"}
+    declared = world.memory.tools.declared
+    for spec in SERVICES:  # derived from the declarations: each names the .srv of its service
+        if spec.name != "call_tool":
+            assert declared[spec.tool].srv == spec.srv_name, spec.name
 
 
 # ---------------------------------------------------------------------- semantic_search
@@ -377,7 +379,7 @@ def test_handler_never_raises(world, make, monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(world.memory.tools, "semantic_search", explode)
+    monkeypatch.setattr(world.memory.tools, "call", explode)
     res = handle(world.memory, "semantic_search", make.request(srv, query="x"), make.response(srv), make)
     assert not res.success and "failed unexpectedly" in res.message and "disk on fire" in res.message
 

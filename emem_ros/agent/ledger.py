@@ -26,7 +26,7 @@ from emem_ros.core.types import NodeKind, Position, finite_position, make_id
 from emem_ros.storage import codec
 
 if TYPE_CHECKING:
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +171,9 @@ def _from_row(row: Sequence[Any]) -> Experience:
 
 
 class ExperienceLedger:
-    def __init__(self, memory: "Memory", embed_interval: float = 0.5) -> None:
-        self._memory = memory
-        self._store = memory.store
+    def __init__(self, engine: "Engine", embed_interval: float = 0.5) -> None:
+        self._engine = engine
+        self._store = engine.store
         self._embed_lock = threading.Lock()
         self._embedder: Optional[PeriodicThread] = None
         self._unembedded = 1  # unknown at open: the first search or background pass looks
@@ -218,9 +218,9 @@ class ExperienceLedger:
             "success": _success(success),
             "tags": _tags(tags),
             "metadata": _metadata(metadata),
-            "stamp": _stamp(timestamp, self._memory.now() if timestamp is None else 0.0),
+            "stamp": _stamp(timestamp, self._engine.now() if timestamp is None else 0.0),
             "episode": (self._episode(episode_id) if episode_id
-                        else self._memory.active_episode_id if self._memory._episodes else None),
+                        else self._engine.active_episode_id),
             "position": list(finite_position(x, y, z)) if x is not None or y is not None else None,
             "supersedes": self._existing(supersedes) if supersedes else None,
         }
@@ -268,7 +268,7 @@ class ExperienceLedger:
                     self._embedded_upto = after
                     return done
                 after = rows[-1][0]
-                vectors = self._memory._embed_texts([r[1] for r in rows])
+                vectors = self._engine.embed_texts([r[1] for r in rows])
                 with self._store.write() as conn:
                     conn.executemany("UPDATE experiences SET embedding=? WHERE n=?",
                                      [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, rows)])
@@ -307,7 +307,7 @@ class ExperienceLedger:
         for tag in _tag_list(tags):
             where.append("EXISTS (SELECT 1 FROM json_each(e.tags) WHERE json_each.value = ?)")
             params.append(_tag(tag))
-        after, before = self._memory.resolve_time(time_after), self._memory.resolve_time(time_before)
+        after, before = self._engine.resolve_time(time_after), self._engine.resolve_time(time_before)
         if after is not None:
             where.append("e.stamp >= ?")
             params.append(after)
@@ -349,7 +349,7 @@ class ExperienceLedger:
         conn = self._store.reader()
         if self._unembedded:
             self.embed_pending()  # what was just recorded is found by meaning too
-        vector = self._memory.embed_query(query)
+        vector = self._engine.embed_query(query)
         index = self._store.vectors["experiences"]
         if filtered:
             allowed = np.array([r[0] for r in conn.execute(
@@ -370,7 +370,7 @@ class ExperienceLedger:
             keep = _satisfying(conn, labels.tolist(), condition, params)
             vector_hits = [(label, sim) for label, sim in zip(labels.tolist(), sims.tolist()) if label in keep]
         ranks: dict[int, float] = {}
-        floor = self._memory.config.similarity_floor
+        floor = self._engine.config.similarity_floor
         for rank, (label, sim) in enumerate(h for h in vector_hits if h[1] >= floor):
             ranks[label] = ranks.get(label, 0.0) + 1.0 / (RRF_K + rank + 1)
         match = _rare_words_query(conn, query)
@@ -411,8 +411,8 @@ class ExperienceLedger:
     # -- helpers -----------------------------------------------------------
     def _episode(self, episode_id: Optional[str]) -> Optional[str]:
         if not episode_id:
-            return self._memory.active_episode_id
-        number = self._memory._episode_number(episode_id)
+            return self._engine.active_episode_id
+        number = self._engine.episode_number(episode_id)
         self._store.get_episode(number)
         return make_id(NodeKind.EPISODE, number)
 

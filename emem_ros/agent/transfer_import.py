@@ -59,7 +59,7 @@ from emem_ros.core.types import EpisodeStatus, NodeKind, SourceType, Tier, make_
 from emem_ros.storage.store import NewObservation
 
 if TYPE_CHECKING:
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -87,24 +87,27 @@ class ImportReport:
         return "\n".join(lines)
 
 
-def import_file(memory: "Memory", path: str | Path, batch: int = BATCH) -> ImportReport:
-    """Check the file whole, then merge it into ``memory``; returns what was added and what was there."""
+def import_file(engine: "Engine", path: str | Path, batch: int = BATCH,
+                cold: Optional[ColdStore] = None) -> ImportReport:
+    """Check the file whole, then merge it into the memory; returns what was added and what was there.
+
+    ``cold``: the memory's open cold store, if it has one (archived records of the export go there).
+    """
     started = time.perf_counter()
     path = Path(path)
-    store = memory.store
+    store = engine.store
     verified = verify(path, store.model_name, store.dim)
-    memory.flush()
-    if callable(getattr(store, "apply_deferred", None)):
-        store.apply_deferred()
-    report = _Importer(memory, path, verified, max(1, int(batch))).run()
+    engine.flush()
+    report = _Importer(engine, path, verified, max(1, int(batch)), cold).run()
     report.seconds = time.perf_counter() - started
     return report
 
 
 class _Importer:
-    def __init__(self, memory: "Memory", path: Path, verified: Verified, batch: int) -> None:
-        self.memory = memory
-        self.store = memory.store
+    def __init__(self, engine: "Engine", path: Path, verified: Verified, batch: int,
+                 cold: Optional[ColdStore] = None) -> None:
+        self.engine = engine
+        self.store = engine.store
         self.path = path
         self.verified = verified
         self.batch = batch
@@ -125,7 +128,7 @@ class _Importer:
         self.matched: set[int] = set()
         """Target rows already matched by a record of this import (each counts once)."""
         self.demoted = 0
-        self._cold: Optional[ColdStore] = None
+        self._cold = cold
 
     # ------------------------------------------------------------------ driving
     def run(self) -> ImportReport:
@@ -149,9 +152,8 @@ class _Importer:
             self.report.notes.append(
                 f"{self.demoted} episode(s) active in the export were stored as 'abandoned': this memory already "
                 f"held data, and an active foreign episode would capture its observations after a restart")
-        tools = getattr(self.memory, "tools", None)
-        if tools is not None and callable(getattr(tools, "invalidate_caches", None)):
-            tools.invalidate_caches()
+        with self.store.write():  # rows arrived out of order: per-text views rebuild (storage/events.py)
+            self.store.announce(reshaped=True)
         return self.report
 
     def _flush(self, kind: Optional[str], records: list[dict[str, Any]]) -> None:
@@ -257,7 +259,7 @@ class _Importer:
             else:
                 hot.append(self._new_observation(r, number, text))
         if hot:
-            self.store.write_observations(hot, self.memory._embed_texts)
+            self.store.write_observations(hot, self.engine.embed_texts)
             for r in records:
                 if r["text"] is not None:
                     self.texts[r["text"]][1] = None  # stored now: the target keeps the vector
@@ -330,9 +332,7 @@ class _Importer:
 
     def cold_store(self) -> ColdStore:
         if self._cold is None:
-            service = getattr(self.memory, "_consolidation", None)
-            self._cold = getattr(service, "cold", None) or ColdStore(
-                self.store.path.with_name(self.store.path.name + ".cold"))
+            self._cold = ColdStore(self.store.path.with_name(self.store.path.name + ".cold"))
         return self._cold
 
     def _cold_record(self, r: dict[str, Any], number: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from emem_ros.agent.transfer import import_file, verify
+    from emem_ros.agent.transfer import verify
 
     db, source = Path(args.db), Path(args.source)
     if db.exists():
@@ -34,7 +34,7 @@ def handler(args: argparse.Namespace) -> int:
     else:
         memory = _new_memory(db, verify(source).header["embedding_model"], args.ollama_host)
     try:
-        report = import_file(memory, source)
+        report = memory.import_from(source)
     finally:
         memory.close()
     print(report)

@@ -99,7 +99,7 @@ from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -345,8 +345,8 @@ def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
 
 
 class EntityExtractor:
-    def __init__(self, memory: "Memory", summarizer: Any = None, rows: Optional[RowMemo] = None) -> None:
-        self.memory = memory
+    def __init__(self, engine: "Engine", summarizer: Any = None, rows: Optional[RowMemo] = None) -> None:
+        self.engine = engine
         self.summarizer = summarizer
         self.rows = rows
         """Rows a time-window pass already read (shared with it; None: read everything)."""
@@ -373,7 +373,7 @@ class EntityExtractor:
         return report
 
     def _step(self, report: EntityReport, final: bool) -> bool:
-        memory, store = self.memory, self.memory.store
+        engine, store = self.engine, self.engine.store
         conn = store.reader()
         marks = read_marks(conn, ENTITY_MARKS)
         top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
@@ -394,11 +394,11 @@ class EntityExtractor:
                 top_id = min(top_id, late[-1].id)
         if not fresh and not late:
             return False
-        params = cluster_params(memory.config, min_samples=1)
+        params = cluster_params(engine.config, min_samples=1)
         if final and not limited:
             horizon = None
         else:
-            horizon = fresh[-1].stamp if limited else max(memory.now(), fresh[-1].stamp if fresh else -math.inf)
+            horizon = fresh[-1].stamp if limited else max(engine.now(), fresh[-1].stamp if fresh else -math.inf)
         clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, horizon)
         if limited and deferred_from is not None and marks.stamp is not None and deferred_from <= marks.stamp:
             clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, None)
@@ -545,7 +545,7 @@ class EntityExtractor:
 
     # ------------------------------------------------------------------ merging and writing
     def _name_vectors(self, sightings: Sequence[Sighting]) -> None:
-        store = self.memory.store
+        store = self.engine.store
         missing = [s for s in sightings if s.name not in self._vectors]
         by_text = {s.text_id: s.name for s in missing if s.text_id is not None}
         if by_text:
@@ -555,7 +555,7 @@ class EntityExtractor:
                     self._remember(by_text[text_id], vector)
         names = list(dict.fromkeys(s.name for s in missing if s.name not in self._vectors))
         if names:
-            for name, vector in zip(names, self.memory._embed_texts(names)):
+            for name, vector in zip(names, self.engine.embed_texts(names)):
                 self._remember(name, vector)
 
     def _remember(self, name: str, vector: np.ndarray) -> None:
@@ -566,7 +566,7 @@ class EntityExtractor:
     def _candidates(self, sighting: Sighting, vector: np.ndarray, cache: dict[int, EntityState],
                     new: list[EntityState], known: dict[str, set[int]]) -> list[tuple[float, EntityState]]:
         """Stored entities with this name or a similar one (looked up once per name and run), plus new ones."""
-        store, config = self.memory.store, self.memory.config
+        store, config = self.engine.store, self.engine.config
         threshold = config.entity_similarity_threshold
         numbers = known.get(sighting.name)
         if numbers is None:
@@ -587,14 +587,14 @@ class EntityExtractor:
     def _load(self, numbers: set[int], cache: dict[int, EntityState]) -> None:
         if not numbers:
             return
-        store = self.memory.store
+        store = self.engine.store
         ids = sorted(numbers)
         marks = ",".join("?" * len(ids))
         rows = store.reader().execute(
             f"SELECT {store.ENTITY_COLUMNS}, embedding FROM entities WHERE id IN ({marks})", ids).fetchall()
         for row in rows:
             blob = row[-1]
-            vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.memory._embed_texts([row[1]])[0])
+            vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.engine.embed_texts([row[1]])[0])
             cache[row[0]] = _state_from_row(row[:-1], vector)
 
     def _match(self, sighting: Sighting, candidates: list[tuple[float, EntityState]],
@@ -604,7 +604,7 @@ class EntityExtractor:
         ``claimed``: entities other sightings of this name and kind took in this
         visit; the split into instances already said they are other objects.
         """
-        config = self.memory.config
+        config = self.engine.config
         pos = sighting.position
         best: Optional[tuple[tuple[float, int, float], EntityState]] = None
         for sim, state in candidates:
@@ -689,8 +689,8 @@ class EntityExtractor:
 
     def _write(self, touched: dict[int, EntityState], observed: list[tuple[EntityState, int, int]],
                pairs: dict[tuple[int, int], int], marks: Marks, report: EntityReport) -> None:
-        store = self.memory.store
-        now = self.memory.now()
+        store = self.engine.store
+        now = self.engine.now()
         created: list[EntityState] = []
         with store.write() as conn:
             for state in touched.values():

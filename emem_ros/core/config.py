@@ -76,7 +76,7 @@ class MemoryConfig:
     recency_halflife: float = 3600.0
     similarity_floor: float = 0.2
 
-    # Query cache (emem_ros/agent/query_cache.py)
+    # Query cache (emem_ros/tools/query_cache.py)
     query_cache_enabled: bool = True
     """Answer a repeated question from cache while nothing it depends on was written."""
     query_cache_threshold: float = 0.95

@@ -107,6 +107,7 @@ class MemoryRuntime:
         except Exception:
             self._close_quietly(memory)
             raise
+        memory.set_live_pose(pipeline.live_pose)  # get_current_context reports where the robot is now
         with self._lock:
             self.params, self.memory, self.pipeline = params, memory, pipeline
             self.layer_types, self.odometry_type = layer_types, odometry_type

@@ -306,4 +306,4 @@ class IngestWriteMixin:
             " last_stamp = MAX(last_stamp, excluded.last_stamp)",
             [(*key, *g) for key, g in groups.items()],
         )
-        self._touched_places.extend(groups)
+        self._announced.touched_places.extend(groups)

@@ -35,6 +35,7 @@ from emem_ros.core.errors import StoreError
 from emem_ros.indexes.spatial_index import SpatialIndex
 from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage.derived_indexes import VECTOR_TABLES, DerivedIndexesMixin
+from emem_ros.storage.events import Announcement, CommitFeed
 from emem_ros.storage.filelock import ProcessLock
 from emem_ros.storage.graph import GraphMixin
 from emem_ros.storage.ingest_write import IngestWriteMixin, TextCache
@@ -96,14 +97,16 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
-        self.commit_listeners: list[Callable[[Optional[list]], None]] = []
-        """Called after each commit, under the writer lock, with its statements (see _after_commit)."""
+        self.commits = CommitFeed()
+        """Told of each commit, after COMMIT, under the writer lock (see ``events.py``)."""
         self._text_cache = TextCache(config.embedding_cache_size)
-        self.place_cache = PlaceCache(self)
+        self.place_cache = PlaceCache(self.reader, self.cell_size)
         """Places per text for the spatial tools; told after each commit which cells changed."""
-        self.text_names = TextNames(self)
-        """id -> text of the texts answers name (archival tells it which rows it deleted)."""
-        self._touched_places: list = []
+        self.text_names = TextNames(self.reader)
+        """id -> text of the texts answers name; told after each commit which rows were deleted."""
+        self.commits.subscribe(self.place_cache.on_commit)
+        self.commits.subscribe(self.text_names.on_commit)
+        self._announced = Announcement()
         self._deferred: list[tuple[int, list]] = []  # (seq, statements) logged, not yet in SQLite
         self._stale: set[str] = set()  # derived indexes that missed rows after a commit
         self._save_warned = False

@@ -15,9 +15,10 @@ import os
 import sqlite3
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from emem_ros.core.errors import StoreError
+from emem_ros.storage.events import Announcement, Commit
 from emem_ros.storage.oplog import Record, RecordingConnection, apply_record
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ class TransactionsMixin:
     """``MemoryStore``'s writes: ``write()``, deferred log records, redo after a crash, log checkpoints.
 
     Uses the store's ``_conn``, ``_write_lock``, ``oplog``, ``_deferred``,
-    ``_touched_places``, ``place_cache`` and ``commit_listeners``.
+    ``_announced``, ``vectors``, ``places`` and ``commits``.
     """
 
     @contextmanager
@@ -36,6 +37,9 @@ class TransactionsMixin:
 
         With the operation log on, the transaction's statements are appended to
         the log before COMMIT, and its sequence number is committed with it.
+        After COMMIT the store applies what the transaction announced it removed
+        to its own derived indexes and publishes one ``Commit`` to its
+        subscribers (``commits``).
         """
         with self._write_lock:
             if self._closed:
@@ -43,7 +47,7 @@ class TransactionsMixin:
             self._conn.execute("BEGIN IMMEDIATE")
             conn = RecordingConnection(self._conn) if self.oplog is not None else self._conn
             deferred = self._deferred
-            self._touched_places = []
+            self._announced = Announcement()
             try:
                 for seq, statements in deferred:  # logged earlier: they come first, in log order
                     apply_record(self._conn, Record(seq, statements))
@@ -65,42 +69,42 @@ class TransactionsMixin:
                 if deferred:
                     self._deferred = []
             except BaseException:
-                self._touched_places = []
+                self._announced = Announcement()
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
-            if self._touched_places:  # after COMMIT, so a cache never takes an uncommitted state for current
-                touched, self._touched_places = self._touched_places, []
-                try:
-                    self.place_cache.changes.record(touched)
-                except Exception:  # committed: a failing cache must not make the caller retry the write
-                    log.exception("the place cache could not record a commit; clearing it")
-                    try:
-                        self.place_cache.clear()
-                    except Exception:
-                        pass
-            self._after_commit(deferred, conn)
+            announced, self._announced = self._announced, Announcement()
+            self._after_commit(deferred, conn, announced)
 
-    def _after_commit(self, deferred: list, conn: Any) -> None:
-        """Tell the commit listeners (the query cache) what was written; never fails the write.
+    def announce(self, *, removed_texts: Sequence[tuple[int, str]] = (), removed_places: Sequence[int] = (),
+                 reshaped: bool = False) -> None:
+        """Inside ``write()``: rows this transaction removed, for the indexes and caches after COMMIT."""
+        announced = self._announced
+        announced.removed_texts.extend(removed_texts)
+        announced.removed_places.extend(removed_places)
+        announced.reshaped = announced.reshaped or reshaped
 
-        They get the transaction's mutating statements, or None when they are not
-        known (no operation log): "something changed".
+    def _after_commit(self, deferred: list, conn: Any, announced: Announcement) -> None:
+        """Derived indexes drop what was removed; subscribers hear of the commit. Never fails the write.
+
+        Subscribers get the transaction's mutating statements, or None when they
+        are not known (no operation log): "something changed".
         """
-        if not self.commit_listeners:
-            return
+        if announced.removed_texts:
+            removed = [text_id for text_id, _ in announced.removed_texts]
+            self._update_index("texts", lambda: self.vectors["texts"].remove(removed))
+            self.forget_texts([text for _, text in announced.removed_texts])
+        if announced.removed_places:
+            self._update_index("places", lambda: self.places.delete(announced.removed_places))
         statements: Optional[list] = None
         if self.oplog is not None:
             statements = [s for item in deferred
                           for s in (item.statements if hasattr(item, "statements") else item[1])]
             statements += getattr(conn, "statements", [])
-            if not statements:
+            if not statements and announced.empty():
                 return
-        for listener in list(self.commit_listeners):
-            try:
-                listener(statements)
-            except Exception:
-                log.exception("a commit listener failed")
+        self.commits.publish(Commit(statements, tuple(announced.removed_texts), tuple(announced.removed_places),
+                                    announced.reshaped, tuple(announced.touched_places)))
 
     def write_deferred(self, statements: list) -> int:
         """Make a small transaction durable in the log now; SQLite applies it with the next write.
