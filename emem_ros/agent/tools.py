@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 from emem_ros.agent.ledger import ExperienceLedger
 from emem_ros.agent.results import ExperienceHit, ExperienceSearchResult, RecordResult
 from emem_ros.agent.stats import MemoryStats, collect_stats
+from emem_ros.core.numbers import is_finite_number
 from emem_ros.core.errors import InvalidInputError, UnknownNodeError
 from emem_ros.engine import Engine
 from emem_ros.tools import scopes as sc
@@ -67,8 +68,7 @@ def find_experiences(env: AgentEnv, query: Any = None, success: Any = None, tags
     n = _count(n_results)
     if (near_x is None) != (near_y is None):
         raise InvalidInputError("give both near_x and near_y to search near a place, or neither")
-    if spatial_radius is not None and (isinstance(spatial_radius, bool) or not isinstance(
-            spatial_radius, (int, float)) or not math.isfinite(spatial_radius) or spatial_radius <= 0):
+    if spatial_radius is not None and (not is_finite_number(spatial_radius) or spatial_radius <= 0):
         raise InvalidInputError(f"spatial_radius must be a positive number of metres, got {spatial_radius!r}")
     after = env.engine.resolve_time(time_after)
     before = env.engine.resolve_time(time_before)
@@ -90,8 +90,7 @@ def find_experiences(env: AgentEnv, query: Any = None, success: Any = None, tags
 
 def memory_stats(env: AgentEnv, top_n: Any = 5, min_support: Any = 2) -> MemoryStats:
     top = _count(top_n, "top_n", 50)
-    if isinstance(min_support, bool) or not isinstance(min_support, (int, float)) \
-            or not math.isfinite(min_support) or min_support <= 0:
+    if not is_finite_number(min_support) or min_support <= 0:
         raise InvalidInputError(f"min_support must be a positive number, got {min_support!r}")
     env.engine.flush_for_query()  # best-effort: stats never fail because storing does
     store = env.store
@@ -199,8 +198,7 @@ AGENT_TOOLS: tuple[ToolDef, ...] = (
 def _count(value: Any, name: str = "n_results", cap: int = MAX_RESULTS) -> int:
     if value is None:
         return 10 if name == "n_results" else 5
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or int(value) != value or value < 1:
+    if not is_finite_number(value) or int(value) != value or value < 1:
         raise InvalidInputError(f"{name} must be a whole number of at least 1, got {value!r}")
     return min(int(value), cap)
 

@@ -57,6 +57,7 @@ from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.types import EpisodeStatus, NodeKind, SourceType, Tier, make_id
 from emem_ros.storage.store import NewObservation
+from emem_ros.storage.sqlutil import chunked, marks
 
 if TYPE_CHECKING:
     from emem_ros.engine import Engine
@@ -273,11 +274,10 @@ class _Importer:
         available: dict[tuple, list[int]] = {}
         archived: dict[tuple, list[int]] = {}
         conn = self.store.reader()
-        for start in range(0, len(stamps), 900):
-            chunk = stamps[start:start + 900]
+        for chunk in chunked(stamps):
             for oid, layer, source, stamp, text, x, y, z, tier in conn.execute(
                     "SELECT o.id, o.layer, o.source_type, o.stamp, t.text, o.x, o.y, o.z, o.tier FROM observations o"
-                    f" LEFT JOIN texts t ON t.id = o.text_id WHERE o.stamp IN ({','.join('?' * len(chunk))})"
+                    f" LEFT JOIN texts t ON t.id = o.text_id WHERE o.stamp IN ({marks(len(chunk))})"
                     " AND o.id <= ? ORDER BY o.id DESC", [*chunk, self.obs_before]):
                 slot = (layer, source, stamp, x, y, z)
                 available.setdefault((*slot, text if tier != Tier.ARCHIVED.value else None), []).append(oid)
@@ -360,7 +360,7 @@ class _Importer:
             alive: dict[str, int] = {}
             for items in _chunks(sorted(texts)):
                 alive.update(store.reader().execute(
-                    f"SELECT text, id FROM texts WHERE text IN ({','.join('?' * len(items))})", items).fetchall())
+                    f"SELECT text, id FROM texts WHERE text IN ({marks(len(items))})", items).fetchall())
             batch = [o for o in self.archived_places if o.text in alive]
             if not batch:
                 return

@@ -96,6 +96,7 @@ import numpy as np
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
+from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -588,10 +589,8 @@ class EntityExtractor:
         if not numbers:
             return
         store = self.engine.store
-        ids = sorted(numbers)
-        marks = ",".join("?" * len(ids))
-        rows = store.reader().execute(
-            f"SELECT {store.ENTITY_COLUMNS}, embedding FROM entities WHERE id IN ({marks})", ids).fetchall()
+        rows = [row for chunk in chunked(sorted(numbers)) for row in store.reader().execute(
+            f"SELECT {store.ENTITY_COLUMNS}, embedding FROM entities WHERE id IN ({marks(len(chunk))})", chunk)]
         for row in rows:
             blob = row[-1]
             vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.engine.embed_texts([row[1]])[0])

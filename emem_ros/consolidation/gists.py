@@ -41,6 +41,7 @@ from emem_ros.consolidation.state import (
 )
 from emem_ros.consolidation.summaries import SummaryWriter, body_digest, digest
 from emem_ros.core.types import EpisodeStatus, NodeKind, Position, SourceType, Tier, make_id
+from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine
@@ -206,8 +207,8 @@ def promote(conn: Any, ids: Sequence[int], now: float, gist_id: Optional[int] = 
     The same update ``MemoryStore.add_gist`` makes for a gist's sources, so
     archival ages body readings from their promotion like everything else.
     """
-    for start in range(0, len(ids), 900):
-        where, values = in_list("id", ids[start:start + 900])
+    for chunk in chunked(ids):
+        where, values = in_list("id", chunk)
         if gist_id is None:
             conn.execute(f"UPDATE observations SET tier=?, tier_since=? WHERE {where} AND tier != 'archived'",
                          [Tier.LONG_TERM.value, now, *values])

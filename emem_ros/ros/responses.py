@@ -10,6 +10,7 @@ so the node passes generated rclpy classes and the tests ``rosbags`` ones.
 
 from __future__ import annotations
 
+from emem_ros.core.numbers import finite_or_none
 import dataclasses
 import json
 import logging
@@ -64,8 +65,6 @@ def _uint32(value: Any, minimum: int = 0) -> int:
     return max(minimum, min(int(value or 0), _UINT32_MAX))
 
 
-def _finite(value: Optional[float]) -> Optional[float]:
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _jsonable(value: Any) -> Any:
@@ -181,7 +180,7 @@ class Converter:
         return self.make(
             MEMORY_HIT, id=hit.id, kind=hit.kind, text=hit.text, layer=hit.layer or "", source_type=source_type,
             position=self.point(hit.position), has_position=hit.position is not None, frame_id=frame,
-            stamp=self.time(hit.stamp), score=_float(_finite(hit.score)), episode_id=hit.episode_id or "",
+            stamp=self.time(hit.stamp), score=_float(finite_or_none(hit.score)), episode_id=hit.episode_id or "",
             count=_uint32(hit.count, 1), metadata_json=_dumps(_jsonable(extra)) if extra else "{}")
 
     # -- entities, gists, episodes, body readings
@@ -253,7 +252,7 @@ class Converter:
                              position=self.point(None), has_position=False)
         position = observation.position if observation is not None else None
         return self.make(
-            BODY_READING, layer=reading.layer, text=reading.text, value=_float(_finite(reading.value)),
+            BODY_READING, layer=reading.layer, text=reading.text, value=_float(finite_or_none(reading.value)),
             stamp=self.time(reading.stamp), position=self.point(position), has_position=position is not None)
 
     def crossings(self, crossings: Sequence[BodyCrossing]) -> list[Any]:
@@ -265,9 +264,9 @@ class Converter:
                 BODY_CROSSING, layer=crossing.layer, direction=crossing.direction,
                 threshold=float(crossing.threshold), unit=crossing.unit, has_before=before is not None,
                 before=self.body_reading(before, found.get(before.obs_id) if before is not None else None),
-                before_level=_float(_finite(crossing.before_level)),
+                before_level=_float(finite_or_none(crossing.before_level)),
                 after=self.body_reading(crossing.after, found.get(crossing.after.obs_id)),
-                after_level=_float(_finite(crossing.after_level))))
+                after_level=_float(finite_or_none(crossing.after_level))))
         return out
 
 

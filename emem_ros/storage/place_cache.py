@@ -31,7 +31,7 @@ import numpy as np
 
 from emem_ros.storage.events import Commit, PlaceKey
 from emem_ros.storage.place_grid import CellGrid
-from emem_ros.storage.sqlutil import chunked
+from emem_ros.storage.sqlutil import chunked, marks
 
 log = logging.getLogger(__name__)
 
@@ -418,13 +418,13 @@ class PlaceCache:
         rows: list[tuple] = []
         for chunk in chunked(ids):
             rows += self._reader().execute(
-                f"SELECT {COLUMNS} FROM places WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", chunk).fetchall()
+                f"SELECT {COLUMNS} FROM places WHERE id IN ({marks(len(chunk))}) ORDER BY id", chunk).fetchall()
         return PlaceArrays.from_rows(rows)
 
     def _near_sql(self, text_ids: Sequence[int], layers: Sequence[str], cells: tuple[int, ...],
                   center: tuple[float, float, float], radius: float, three_d: bool) -> PlaceArrays:
         x0, x1, y0, y1, z0, z1 = cells
-        where = f"layer IN ({','.join('?' * len(layers))}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
+        where = f"layer IN ({marks(len(layers))}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
         bounds: list = [*layers, x0, x1, y0, y1]
         if three_d:
             where += " AND cz BETWEEN ? AND ?"
@@ -433,7 +433,7 @@ class PlaceCache:
         rows: list[tuple] = []
         for chunk in chunked(ids, 500):
             rows += self._reader().execute(
-                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}) AND {where}"
+                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({marks(len(chunk))}) AND {where}"
                 " ORDER BY text_id, layer, cx, cy, cz", [*chunk, *bounds]).fetchall()
         return PlaceArrays.from_rows(rows_within(rows, center, radius, three_d))
 
@@ -454,7 +454,7 @@ class PlaceCache:
         rows: list[tuple] = []
         for chunk in chunked(ids):
             rows += self._reader().execute(
-                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}){extra}"
+                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({marks(len(chunk))}){extra}"
                 f" ORDER BY {order}", [*chunk, *params]).fetchall()
         return PlaceArrays.from_rows(rows)
 

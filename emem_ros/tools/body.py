@@ -26,6 +26,7 @@ moved to the cold store) still count through their stored value.
 
 from __future__ import annotations
 
+from emem_ros.core.numbers import finite_or_none
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.types import NodeKind, SourceType, make_id
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.results import BodyCrossing, BodyReading, BodyStatusResult
+from emem_ros.storage.sqlutil import chunked, marks
 
 TREND_WINDOW = 600.0
 """Seconds back to compare a reading with."""
@@ -100,7 +102,7 @@ class LayerLevels:
         units = Counter(level[1] for level in (reading_level(text) for text, _ in samples) if level is not None)
         unit = units.most_common(1)[0][0] if units else ""
         scale = display_scale(samples)
-        if scale is None and not units and any(_finite(v) is not None for _, v in samples):
+        if scale is None and not units and any(finite_or_none(v) is not None for _, v in samples):
             scale = 1.0  # numbers only in the values ('ok' texts): the value is what there is to compare
         if scale is None and not same_quantity(text for text, _ in samples):
             keys = sorted({k for k in (reading_key(text) for text, _ in samples) if k})
@@ -108,7 +110,7 @@ class LayerLevels:
         return cls(layer, scale, unit, comparable=scale is not None or bool(units))
 
     def level(self, text: Optional[str], value: Optional[float]) -> Optional[float]:
-        if self.scale is not None and _finite(value) is not None:
+        if self.scale is not None and finite_or_none(value) is not None:
             return float(value) * self.scale  # type: ignore[arg-type]
         parsed = reading_level(text)
         if parsed is not None and parsed[1] == self.unit:
@@ -219,14 +221,6 @@ def _threshold(value: Any, name: str) -> Optional[float]:
     return float(number)
 
 
-def _finite(value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _window_words(env: ToolEnv, after: Optional[float], before: Optional[float]) -> str:
@@ -244,9 +238,8 @@ def _texts(env: ToolEnv, ids: Sequence[Optional[int]]) -> dict[int, str]:
     wanted = sorted({i for i in ids if i is not None})
     out: dict[int, str] = {}
     conn = env.store.reader()
-    for start in range(0, len(wanted), 900):
-        chunk = wanted[start:start + 900]
-        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+    for chunk in chunked(wanted):
+        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))})", chunk))
     return out
 
 

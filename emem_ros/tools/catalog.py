@@ -23,6 +23,7 @@ from typing import Iterable, Optional
 
 from emem_ros.core.types import SourceType
 from emem_ros.storage.store import MemoryStore
+from emem_ros.storage.sqlutil import marks
 
 _BODY = SourceType.INTEROCEPTION.value
 _HOLE_WINDOW = 4096
@@ -113,10 +114,10 @@ class TextCatalog:
             " WHERE id > ? ORDER BY id", (self._high_water,)).fetchall()
         if self._holes:
             holes = sorted(self._holes)
-            marks = ",".join("?" * len(holes))
+            slots = marks(len(holes))
             late = conn.execute(
                 "SELECT id, text_id, layer, episode_id, source_type, stamp FROM observations"
-                f" WHERE id IN ({marks})", holes).fetchall()
+                f" WHERE id IN ({slots})", holes).fetchall()
             self._holes.difference_update(r[0] for r in late)
             rows = late + rows
         expected = self._high_water + 1

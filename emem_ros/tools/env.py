@@ -8,6 +8,7 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.config import MemoryConfig
+from emem_ros.core.numbers import is_finite_number
 from emem_ros.core.errors import InvalidInputError, TimeExpressionError, UnknownNodeError
 from emem_ros.core.types import NodeKind, make_id
 from emem_ros.engine import Engine
@@ -66,8 +67,7 @@ class ToolEnv:
     def count(value: Any, name: str = "n_results", default: int = 10) -> int:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or int(value) != value:
+        if not is_finite_number(value) or int(value) != value:
             raise InvalidInputError(f"{name} must be a whole number, got {value!r}")
         if value < 1:
             raise InvalidInputError(f"{name} must be at least 1, got {value!r}")
@@ -77,7 +77,7 @@ class ToolEnv:
     def positive(value: Any, name: str, default: float) -> float:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if not is_finite_number(value) or value <= 0:
             raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
         return float(value)
 

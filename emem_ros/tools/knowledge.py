@@ -15,6 +15,7 @@ from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters, area
 from emem_ros.tools.ranking import fuse, gist_hit
 from emem_ros.tools.results import Hit, SearchResult, quoted
+from emem_ros.storage.sqlutil import marks
 
 ENTITY_RADIUS = 5.0
 """Metres used when entity_query gets near_x/near_y without spatial_radius."""
@@ -140,10 +141,10 @@ def _by_meaning(env: ToolEnv, name: str, where: str, params: list, n: int) -> li
     pairs = [(int(l), float(s)) for l, s in zip(labels.tolist(), sims.tolist()) if s >= floor]
     if not pairs:
         return []
-    marks = ",".join("?" * len(pairs))
+    slots = marks(len(pairs))
     columns = ", ".join(f"e.{c.strip()}" for c in env.store.ENTITY_COLUMNS.split(","))
     rows = {r[0]: r for r in env.store.reader().execute(
-        f"SELECT {columns} FROM entities e WHERE {where} AND e.id IN ({marks})",
+        f"SELECT {columns} FROM entities e WHERE {where} AND e.id IN ({slots})",
         (*params, *[p[0] for p in pairs])).fetchall()}
     return [(env.store.entity_from_row(rows[l]), s) for l, s in pairs if l in rows][:n]
 

@@ -35,6 +35,7 @@ from emem_ros.tools.perception import area_gists, nearby_hits
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
 from emem_ros.tools.window_places import places_in_window
+from emem_ros.storage.sqlutil import marks
 
 LINK = 1.0
 """Metres: evidence places closer than this belong to one spot."""
@@ -124,9 +125,9 @@ def _prefer_object_positions(env: ToolEnv, evidence: "_Evidence") -> tuple["_Evi
     """
     layers = sorted(set(evidence.layer.tolist()))
     sample = {layer: int(evidence.last_obs[evidence.layer == layer][0]) for layer in layers}
-    marks = ",".join("?" * len(sample))
+    slots = marks(len(sample))
     robot_ids = {row[0] for row in env.store.reader().execute(
-        f"SELECT id FROM observations WHERE id IN ({marks})"
+        f"SELECT id FROM observations WHERE id IN ({slots})"
         " AND json_extract(metadata, '$.position_source') = 'odometry'", list(sample.values()))}
     robot_layers = [layer for layer in layers if sample[layer] in robot_ids]
     if not robot_layers:
@@ -229,9 +230,9 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
     for key in set(zip(cluster.text_id.tolist(), cluster.layer.tolist())):
         groups[key] = (cluster.text_id == key[0]) & (cluster.layer == key[1])
     newest = {key: int(cluster.last_obs[mask][np.argmax(cluster.last[mask])]) for key, mask in groups.items()}
-    marks = ",".join("?" * len(newest))
+    slots = marks(len(newest))
     episodes = dict(env.store.reader().execute(
-        f"SELECT id, episode_id FROM observations WHERE id IN ({marks})", list(newest.values())).fetchall())
+        f"SELECT id, episode_id FROM observations WHERE id IN ({slots})", list(newest.values())).fetchall())
     hits = []
     for (text_id, layer), mask in groups.items():
         count = cluster.count[mask]

@@ -22,6 +22,7 @@ from emem_ros.tools.filters import Filters
 from emem_ros.tools.filters import area as make_area
 from emem_ros.tools.ranking import fuse, gist_hit, text_hits_by_key
 from emem_ros.tools.results import Hit, SearchResult, quoted
+from emem_ros.storage.sqlutil import marks
 
 _BODY = SourceType.INTEROCEPTION.value
 SCAN_CHUNK = 512
@@ -220,9 +221,9 @@ def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, tuple]:
     """(episode_id, tier) of the observations a batch of hits will show, in one query."""
     if not obs_ids:
         return {}
-    marks = ",".join("?" * len(obs_ids))
+    slots = marks(len(obs_ids))
     return {row[0]: row[1:] for row in env.store.reader().execute(
-        f"SELECT id, episode_id, tier FROM observations WHERE id IN ({marks})", obs_ids)}
+        f"SELECT id, episode_id, tier FROM observations WHERE id IN ({slots})", obs_ids)}
 
 
 def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> PlaceArrays:
@@ -443,9 +444,9 @@ def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tu
         cursor = (rows[-1][2], rows[-1][0])
     groups: dict[int, tuple] = {}
     if firsts:
-        marks = ",".join("?" * len(firsts))
+        slots = marks(len(firsts))
         details = {r[0]: r[1:] for r in conn.execute(
-            f"SELECT id, layer, x, y, z, episode_id FROM observations WHERE id IN ({marks})",
+            f"SELECT id, layer, x, y, z, episode_id FROM observations WHERE id IN ({slots})",
             [obs_id for obs_id, _ in firsts.values()])}
         for text_id, (obs_id, stamp) in firsts.items():
             detail = details.get(obs_id)

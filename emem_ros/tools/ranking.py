@@ -24,6 +24,7 @@ from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.hybrid import MAX_FUSED, KeywordIndex, recency_factor, rrf
 from emem_ros.tools.results import Hit
+from emem_ros.storage.sqlutil import chunked, marks
 
 EXACT_LIMIT = 1024
 """Up to this many candidate texts, score them all exactly instead of asking hnswlib."""
@@ -413,11 +414,10 @@ class _GistColumns:
 def _gist_vectors(conn, ids: list[int], dim: int) -> np.ndarray:
     out = np.zeros((len(ids), dim), dtype=np.float32)
     position = {g: i for i, g in enumerate(ids)}
-    for start in range(0, len(ids), 900):
-        chunk = ids[start : start + 900]
-        marks = ",".join("?" * len(chunk))
+    for chunk in chunked(ids):
+        slots = marks(len(chunk))
         for gid, blob in conn.execute(
-                f"SELECT id, embedding FROM gists WHERE id IN ({marks}) AND embedding IS NOT NULL", chunk):
+                f"SELECT id, embedding FROM gists WHERE id IN ({slots}) AND embedding IS NOT NULL", chunk):
             out[position[gid]] = codec.blob_to_vector(blob, dim)
     return out
 

@@ -8,6 +8,7 @@ and any attribute or type error of a malformed message, into an empty result.
 
 from __future__ import annotations
 
+from emem_ros.core.numbers import finite_or_none
 import math
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -117,15 +118,8 @@ def finite(value: Any, what: str) -> float:
     return number
 
 
-def as_float(value: Any) -> Optional[float]:
-    """A finite float, or None for NaN, inf, None and non-numbers (bools and strings excluded)."""
-    if value is None or isinstance(value, (bool, str, bytes, bytearray)):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+as_float = finite_or_none
+"""A finite float, or None for NaN, inf, None and non-numbers (bools and strings excluded)."""
 
 
 def byte_value(value: Any) -> int:
