@@ -57,7 +57,7 @@ class GraphMixin:
                          (summary, codec.vector_to_blob(embedding) if embedding is not None else None,
                           episode_id))
         if embedding is not None:
-            self._update_index("episodes", lambda: self.vectors["episodes"].add(
+            self.update_index("episodes", lambda: self.vectors["episodes"].add(
                 np.array([episode_id]), np.asarray(embedding).reshape(1, -1)))
 
     EPISODE_COLUMNS = ("id, name, start, end, status, parent_id, previous_id, summary, goal, action,"
@@ -139,7 +139,7 @@ class GraphMixin:
 
     def index_gist(self, gist_id: int, embedding: Optional[np.ndarray]) -> None:
         if embedding is not None:
-            self._update_index("gists", lambda: self.vectors["gists"].add(
+            self.update_index("gists", lambda: self.vectors["gists"].add(
                 np.array([gist_id]), np.asarray(embedding).reshape(1, -1)))
 
     def get_gists(self, ids: Sequence[int]) -> list[Gist]:

@@ -41,45 +41,45 @@ class TransactionsMixin:
         to its own derived indexes and publishes one ``Commit`` to its
         subscribers (``commits``).
         """
-        with self._write_lock:
-            if self._closed:
+        with self.state.write_lock:
+            if self.state.closed:
                 raise StoreError("the memory is closed")
-            self._conn.execute("BEGIN IMMEDIATE")
-            conn = RecordingConnection(self._conn) if self.oplog is not None else self._conn
-            deferred = self._deferred
-            self._announced = Announcement()
+            self.state.conn.execute("BEGIN IMMEDIATE")
+            conn = RecordingConnection(self.state.conn) if self.oplog is not None else self.state.conn
+            deferred = self.state.deferred
+            self.state.announced = Announcement()
             try:
                 for seq, statements in deferred:  # logged earlier: they come first, in log order
-                    apply_record(self._conn, Record(seq, statements))
+                    apply_record(self.state.conn, Record(seq, statements))
                 yield conn
                 if self.oplog is not None and conn.statements:
                     seq, offset = self.oplog.append(conn.statements)
                     try:
-                        self._conn.execute(
+                        self.state.conn.execute(
                             "INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)", (str(seq),))
-                        self._conn.execute("COMMIT")
+                        self.state.conn.execute("COMMIT")
                     except BaseException:
                         self.oplog.undo_append(seq, offset)
                         raise
                 else:
                     if deferred:
-                        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                        self.state.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
                                            (str(deferred[-1][0]),))
-                    self._conn.execute("COMMIT")
+                    self.state.conn.execute("COMMIT")
                 if deferred:
-                    self._deferred = []
+                    self.state.deferred = []
             except BaseException:
-                self._announced = Announcement()
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                self.state.announced = Announcement()
+                if self.state.conn.in_transaction:
+                    self.state.conn.execute("ROLLBACK")
                 raise
-            announced, self._announced = self._announced, Announcement()
+            announced, self.state.announced = self.state.announced, Announcement()
             self._after_commit(deferred, conn, announced)
 
     def announce(self, *, removed_texts: Sequence[tuple[int, str]] = (), removed_places: Sequence[int] = (),
                  reshaped: bool = False) -> None:
         """Inside ``write()``: rows this transaction removed, for the indexes and caches after COMMIT."""
-        announced = self._announced
+        announced = self.state.announced
         announced.removed_texts.extend(removed_texts)
         announced.removed_places.extend(removed_places)
         announced.reshaped = announced.reshaped or reshaped
@@ -92,10 +92,10 @@ class TransactionsMixin:
         """
         if announced.removed_texts:
             removed = [text_id for text_id, _ in announced.removed_texts]
-            self._update_index("texts", lambda: self.vectors["texts"].remove(removed))
+            self.update_index("texts", lambda: self.vectors["texts"].remove(removed))
             self.forget_texts([text for _, text in announced.removed_texts])
         if announced.removed_places:
-            self._update_index("places", lambda: self.places.delete(announced.removed_places))
+            self.update_index("places", lambda: self.places.delete(announced.removed_places))
         statements: Optional[list] = None
         if self.oplog is not None:
             statements = [s for item in deferred
@@ -116,28 +116,28 @@ class TransactionsMixin:
         checkpoint or close. Readers that must see it call ``apply_deferred()``.
         Without a log it is an ordinary write. Returns how many wait to be applied.
         """
-        with self._write_lock:
-            if self._closed:
+        with self.state.write_lock:
+            if self.state.closed:
                 raise StoreError("the memory is closed")
             if self.oplog is None:
                 with self.write() as conn:
                     apply_record(conn, Record(0, statements))
                 return 0
             seq, _ = self.oplog.append(statements)
-            self._deferred.append((seq, statements))
-            return len(self._deferred)
+            self.state.deferred.append((seq, statements))
+            return len(self.state.deferred)
 
     @property
     def deferred_count(self) -> int:
-        return len(self._deferred)
+        return len(self.state.deferred)
 
     def apply_deferred(self) -> int:
         """Apply logged-but-not-applied transactions to SQLite now; returns how many."""
-        if not self._deferred:
+        if not self.state.deferred:
             return 0
-        with self._write_lock:
-            count = len(self._deferred)
-            if count and not self._closed:
+        with self.state.write_lock:
+            count = len(self.state.deferred)
+            if count and not self.state.closed:
                 with self.write():
                     pass  # write() applies them first, in one transaction
             return count
@@ -145,10 +145,10 @@ class TransactionsMixin:
     def _redo_from_log(self) -> int:
         """Apply log records SQLite had not committed when the process died."""
         assert self.oplog is not None
-        row = self._conn.execute("SELECT value FROM meta WHERE key='log_seq'").fetchone()
+        row = self.state.conn.execute("SELECT value FROM meta WHERE key='log_seq'").fetchone()
         db_seq = int(row[0]) if row else 0
         if self.oplog.last_seq < db_seq:
-            has_data = self._conn.execute("SELECT 1 FROM texts LIMIT 1").fetchone()
+            has_data = self.state.conn.execute("SELECT 1 FROM texts LIMIT 1").fetchone()
             if has_data:
                 log.warning("operation log %s ends at seq %d but the database is at %d; "
                             "a rebuild can only start from a checkpoint", self.log_dir,
@@ -157,14 +157,14 @@ class TransactionsMixin:
             return 0
         redone = 0
         for record in self.oplog.records(after=db_seq):
-            self._conn.execute("BEGIN IMMEDIATE")
+            self.state.conn.execute("BEGIN IMMEDIATE")
             try:
-                apply_record(self._conn, record)
-                self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                apply_record(self.state.conn, record)
+                self.state.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
                                    (str(record.seq),))
-                self._conn.execute("COMMIT")
+                self.state.conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self.state.conn.execute("ROLLBACK")
                 raise
             redone += 1
         if redone:
@@ -173,7 +173,7 @@ class TransactionsMixin:
 
     @property
     def write_lock(self) -> threading.RLock:
-        return self._write_lock
+        return self.state.write_lock
 
     def checkpoint_log(self) -> Optional[int]:
         """Write a consistent base copy of the file and prune log segments behind it.
@@ -183,14 +183,14 @@ class TransactionsMixin:
         """
         if self.oplog is None:
             return None
-        with self._write_lock:
+        with self.state.write_lock:
             self.apply_deferred()  # the base must hold everything up to the seq it is named by
             seq = self.oplog.last_seq
             final = self.log_dir / f"base-{seq:012d}.db"
             temp = self.log_dir / f".base-{seq:012d}.db.tmp"
             target = sqlite3.connect(str(temp))
             try:
-                self._conn.backup(target)
+                self.state.conn.backup(target)
             finally:
                 target.close()
             os.replace(temp, final)
