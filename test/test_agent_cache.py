@@ -7,8 +7,9 @@ import sqlite3
 
 import pytest
 
-from emem_ros.tools.query_cache import CACHE_NOTE, cache_note_of
 from emem_ros.storage.events import Commit
+from emem_ros.storage.store import MemoryStore
+from emem_ros.tools.query_cache import CACHE_NOTE, cache_note_of
 from emem_ros.tools.scopes import (
     ANY,
     BODY,
@@ -18,7 +19,6 @@ from emem_ros.tools.scopes import (
     WriteScopes,
     layer_scope,
 )
-from emem_ros.storage.store import MemoryStore
 from test.support.scene import add_entity, add_gist
 
 T0 = 1_763_800_000.0

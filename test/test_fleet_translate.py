@@ -13,8 +13,17 @@ import math
 import pytest
 
 from emem_ros.fleet.transform import RigidTransform, parse_transform
-from emem_ros.fleet.translate import (ExperiencesByID, InsertRows, LogGapInRecord, ModelChangeInLog, TextEmbedding,
-                                      Translator, TranslatorState, UnsupportedStatement, UpdateSQL)
+from emem_ros.fleet.translate import (
+    ExperiencesByID,
+    InsertRows,
+    LogGapInRecord,
+    ModelChangeInLog,
+    TextEmbedding,
+    Translator,
+    TranslatorState,
+    UnsupportedStatement,
+    UpdateSQL,
+)
 from emem_ros.storage.oplog import OpLog
 from test.support.fleet import robot_workload
 from test.support.patrol import open_memory

@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from emem_ros import Memory, MemoryConfig  # noqa: E402
-from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
-from emem_ros.tools.specs import ACTIONS, TOOLS  # noqa: E402
+from emem_ros import Memory, MemoryConfig
+from emem_ros.embeddings import HashingEmbeddingProvider
+from emem_ros.tools.specs import ACTIONS, TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 30.0

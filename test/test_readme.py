@@ -51,7 +51,7 @@ def test_every_service_and_cli_command_is_documented():
 
     for spec in SERVICES:
         assert f"/memory/{spec.name} " in README, spec.name
-    commands = build_parser()._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse has no public accessor
+    commands = build_parser()._subparsers._group_actions[0].choices
     for command in commands:
         assert f"emem {command} " in README, command
 

@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("rosbags.typesys")
 
-from emem_ros.ros.msgtypes import MessageTypeError  # noqa: E402
-from emem_ros.ros.runtime import ConfigureError, MemoryRuntime  # noqa: E402
-from test.conftest import FakeClock  # noqa: E402
-from test.support import ros_messages as messages  # noqa: E402
-from test.support.ros_messages import InterfaceFactory  # noqa: E402
-from test.support.scene import START, add_entity, add_gist  # noqa: E402
+from emem_ros.ros.msgtypes import MessageTypeError
+from emem_ros.ros.runtime import ConfigureError, MemoryRuntime
+from test.conftest import FakeClock
+from test.support import ros_messages as messages
+from test.support.ros_messages import InterfaceFactory
+from test.support.scene import START, add_entity, add_gist
 
 MAKE = InterfaceFactory()
 

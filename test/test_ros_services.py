@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("rosbags.typesys")
 
-from emem_ros.ros import services  # noqa: E402
-from emem_ros.ros.services import SERVICES, SERVICES_BY_NAME, handle, to_jsonable  # noqa: E402
-from test.support.ros_messages import InterfaceFactory  # noqa: E402
-from test.support.scene import OBJECTS, START, add_entity, add_gist, scene_memory  # noqa: E402
+from emem_ros.ros import services
+from emem_ros.ros.services import SERVICES, SERVICES_BY_NAME, handle, to_jsonable
+from test.support.ros_messages import InterfaceFactory
+from test.support.scene import OBJECTS, START, add_entity, add_gist, scene_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = math.nan

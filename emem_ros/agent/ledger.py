@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from emem_ros.agent.content_ids import canonical_content, content_id, record_content, sha256_hex
+from emem_ros.agent.content_ids import canonical_content, record_content, sha256_hex
 from emem_ros.core.errors import InvalidInputError, UnknownNodeError
 from emem_ros.core.periodic import PeriodicThread
 from emem_ros.core.types import NodeKind, Position, finite_position, make_id

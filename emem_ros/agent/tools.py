@@ -8,14 +8,13 @@ server call them by name; the names are part of the interface.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional
 
 from emem_ros.agent.ledger import ExperienceLedger
 from emem_ros.agent.results import ExperienceHit, ExperienceSearchResult, RecordResult
 from emem_ros.agent.stats import MemoryStats, collect_stats
-from emem_ros.core.numbers import is_finite_number
 from emem_ros.core.errors import InvalidInputError, UnknownNodeError
+from emem_ros.core.numbers import is_finite_number
 from emem_ros.engine import Engine
 from emem_ros.tools import scopes as sc
 from emem_ros.tools.env import ToolEnv

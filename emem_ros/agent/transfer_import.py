@@ -56,8 +56,8 @@ from emem_ros.agent.transfer_format import (
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.types import EpisodeStatus, NodeKind, SourceType, Tier, make_id
-from emem_ros.storage.store import NewObservation
 from emem_ros.storage.sqlutil import chunked, marks
+from emem_ros.storage.store import NewObservation
 
 if TYPE_CHECKING:
     from emem_ros.engine import Engine

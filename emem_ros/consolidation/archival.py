@@ -27,10 +27,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
-
-from collections import Counter
 
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.readings import display_scale, reading_level

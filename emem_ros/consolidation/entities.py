@@ -96,8 +96,8 @@ import numpy as np
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
-from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
+from emem_ros.storage.sqlutil import chunked, marks
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from emem_ros.consolidation.gists import clusters_of, cluster_params, draft_gist, write_gists
+from emem_ros.consolidation.gists import cluster_params, clusters_of, draft_gist, write_gists
 from emem_ros.consolidation.rows import ObsRow, classify_layers, fetch_rows
 from emem_ros.consolidation.state import EpisodeQueue, read_episode_queue, write_episode_queue
 from emem_ros.consolidation.summaries import SummaryWriter, body_digest, body_line, format_duration, format_span

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from emem_ros.consolidation.archival import ArchiveReport, Archiver
+from emem_ros.consolidation.archival import Archiver, ArchiveReport
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.entities import EntityExtractor, EntityReport
 from emem_ros.consolidation.episodes import EpisodeBook, EpisodeConsolidator, EpisodeReport

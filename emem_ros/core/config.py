@@ -6,12 +6,11 @@ written for it works here; ``validate()`` turns a bad value into one sentence.
 
 from __future__ import annotations
 
-from emem_ros.core.numbers import is_finite_number
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import is_finite_number
 
 
 @dataclass

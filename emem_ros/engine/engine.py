@@ -14,13 +14,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+import emem_ros.engine.validation as check
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import EmemError, UnknownNodeError
 from emem_ros.core.periodic import PeriodicThread
 from emem_ros.core.timeexpr import TimeLike, parse_time
 from emem_ros.core.types import NodeKind, Observation, Position, SourceType, finite_position, make_id
 from emem_ros.embeddings.base import EmbeddingProvider
-import emem_ros.engine.validation as check
 from emem_ros.engine.embedding import Embedding
 from emem_ros.engine.episodes import EpisodeHook, EpisodeStack, episode_number
 from emem_ros.engine.ingest import IngestPath

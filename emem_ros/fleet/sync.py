@@ -40,8 +40,7 @@ from emem_ros.fleet.local import BaseSnapshot, LocalMemory, LocalState, LogRecor
 from emem_ros.fleet.robots import check_robot_id
 from emem_ros.fleet.schema import FleetInfo, open_fleet
 from emem_ros.fleet.transform import RigidTransform
-from emem_ros.fleet.translate import (AUTOINCREMENT_TABLES, ExperiencesByID, InsertRows, Translator,
-                                      TranslatorState)
+from emem_ros.fleet.translate import AUTOINCREMENT_TABLES, ExperiencesByID, InsertRows, Translator, TranslatorState
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,6 @@ in the same frame as the mug; counters are kept per layer.
 
 from __future__ import annotations
 
-from emem_ros.core.numbers import finite_or_none, is_finite_number
-import math
 import re
 import threading
 from collections import OrderedDict
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import finite_or_none, is_finite_number
 from emem_ros.ingest.drafts import ObservationDraft
 
 SUBJECT_KEY = "subject"

@@ -10,7 +10,6 @@ so the node passes generated rclpy classes and the tests ``rosbags`` ones.
 
 from __future__ import annotations
 
-from emem_ros.core.numbers import finite_or_none
 import dataclasses
 import json
 import logging
@@ -18,6 +17,7 @@ import math
 import re
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from emem_ros.core.numbers import finite_or_none
 from emem_ros.core.types import NodeKind, Position, parse_id
 from emem_ros.ros.msgtypes import MessageFactory, time_fields
 from emem_ros.ros.requests import ServiceError

@@ -150,7 +150,7 @@ class IngestWriteMixin:
                     conn.executemany("UPDATE texts SET embedding=? WHERE id=? AND embedding IS NULL",
                                      [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, chunk)])
                 ids = np.array([r[0] for r in chunk], dtype=np.int64)
-                self.update_index("texts", lambda: self.vectors["texts"].add(ids, vectors))
+                self.update_index("texts", lambda ids=ids, vectors=vectors: self.vectors["texts"].add(ids, vectors))
                 for text_id, text in chunk:
                     self.state.text_cache.put(text, text_id, True)
                 done += len(chunk)

@@ -216,7 +216,7 @@ class OpLog:
             upto_seq = min(upto_seq, hold)
         removed = 0
         segments = self.segments()
-        for n, (first_seq, path) in enumerate(segments[:-1]):
+        for n, (_first_seq, path) in enumerate(segments[:-1]):
             if segments[n + 1][0] - 1 <= upto_seq:
                 path.unlink()
                 removed += 1

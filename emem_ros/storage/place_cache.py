@@ -19,12 +19,12 @@ results.
 
 from __future__ import annotations
 
+import logging
 import math
+import sqlite3
 import threading
 from collections import deque
 from dataclasses import dataclass
-import logging
-import sqlite3
 from typing import Callable, Optional, Sequence
 
 import numpy as np

@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import StoreError
@@ -43,10 +43,10 @@ from emem_ros.storage.model_check import ModelCheckMixin
 from emem_ros.storage.observation_reads import OBSERVATION_COLUMNS, ObservationReadsMixin
 from emem_ros.storage.oplog import OpLog
 from emem_ros.storage.place_cache import PlaceCache
-from emem_ros.storage.text_names import TextNames
 from emem_ros.storage.records import EmbedFn, NewObservation, Place, WriteReport
 from emem_ros.storage.schema import migrate
 from emem_ros.storage.state import ObservationIds, StoreState, TextCache
+from emem_ros.storage.text_names import TextNames
 from emem_ros.storage.transactions import TransactionsMixin
 
 __all__ = ["MemoryStore", "NewObservation", "Place", "WriteReport", "EmbedFn", "VECTOR_TABLES",

@@ -15,10 +15,10 @@ from typing import Iterable, Optional, Sequence
 
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
 from emem_ros.storage.place_cache import PlaceArrays, rows_within
+from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.storage.store import MemoryStore, Place
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters
-from emem_ros.storage.sqlutil import chunked, marks
 
 COUNT_CAP = 1000
 EAGER_PLACES = 400

@@ -26,7 +26,6 @@ moved to the cold store) still count through their stored value.
 
 from __future__ import annotations
 
-from emem_ros.core.numbers import finite_or_none
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,10 +35,11 @@ from typing import Any, Callable, Optional, Sequence
 from emem_ros.consolidation.readings import display_scale, fmt_level, reading_key, reading_level, same_quantity
 from emem_ros.consolidation.state import read_body_scales
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import finite_or_none
 from emem_ros.core.types import NodeKind, SourceType, make_id
+from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.results import BodyCrossing, BodyReading, BodyStatusResult
-from emem_ros.storage.sqlutil import chunked, marks
 
 TREND_WINDOW = 600.0
 """Seconds back to compare a reading with."""

@@ -22,8 +22,8 @@ import threading
 from typing import Iterable, Optional
 
 from emem_ros.core.types import SourceType
-from emem_ros.storage.store import MemoryStore
 from emem_ros.storage.sqlutil import marks
+from emem_ros.storage.store import MemoryStore
 
 _BODY = SourceType.INTEROCEPTION.value
 _HOLE_WINDOW = 4096

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import numpy as np
 
 from emem_ros.core.config import MemoryConfig
-from emem_ros.core.numbers import is_finite_number
 from emem_ros.core.errors import InvalidInputError, TimeExpressionError, UnknownNodeError
+from emem_ros.core.numbers import is_finite_number
 from emem_ros.core.types import NodeKind, make_id
 from emem_ros.engine import Engine
 from emem_ros.storage.events import Commit

@@ -11,11 +11,11 @@ import math
 from typing import Any, Optional
 
 from emem_ros.core.types import Entity, Position
+from emem_ros.storage.sqlutil import marks
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters, area
 from emem_ros.tools.ranking import fuse, gist_hit
 from emem_ros.tools.results import Hit, SearchResult, quoted
-from emem_ros.storage.sqlutil import marks
 
 ENTITY_RADIUS = 5.0
 """Metres used when entity_query gets near_x/near_y without spatial_radius."""

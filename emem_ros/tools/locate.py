@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.types import NodeKind, make_id
+from emem_ros.storage.sqlutil import marks
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.clusters import components
 from emem_ros.tools.env import ToolEnv
@@ -35,7 +36,6 @@ from emem_ros.tools.perception import area_gists, nearby_hits
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
 from emem_ros.tools.window_places import places_in_window
-from emem_ros.storage.sqlutil import marks
 
 LINK = 1.0
 """Metres: evidence places closer than this belong to one spot."""

@@ -14,15 +14,14 @@ import numpy as np
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
 from emem_ros.storage.place_cache import PlaceArrays
-from emem_ros.tools.aggregate import (Aggregator, AreaIndex, place_arrays_near, place_of_row, place_rows_by_id,
-                                      texts_of)
+from emem_ros.storage.sqlutil import marks
+from emem_ros.tools.aggregate import Aggregator, AreaIndex, place_arrays_near, place_of_row, place_rows_by_id, texts_of
 from emem_ros.tools.clusters import KEY_GAP, SAME_OBJECT, SMALL, Group, group_places, linked_labels
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.filters import area as make_area
 from emem_ros.tools.ranking import fuse, gist_hit, text_hits_by_key
 from emem_ros.tools.results import Hit, SearchResult, quoted
-from emem_ros.storage.sqlutil import marks
 
 _BODY = SourceType.INTEROCEPTION.value
 SCAN_CHUNK = 512

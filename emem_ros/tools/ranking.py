@@ -18,13 +18,13 @@ import numpy as np
 
 from emem_ros.core.types import Gist
 from emem_ros.storage import codec
+from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.storage.store import MemoryStore
 from emem_ros.tools.aggregate import Aggregator, AreaIndex, Representative, TextAgg, texts_of
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.hybrid import MAX_FUSED, KeywordIndex, recency_factor, rrf
 from emem_ros.tools.results import Hit
-from emem_ros.storage.sqlutil import chunked, marks
 
 EXACT_LIMIT = 1024
 """Up to this many candidate texts, score them all exactly instead of asking hnswlib."""

@@ -8,13 +8,13 @@ and any attribute or type error of a malformed message, into an empty result.
 
 from __future__ import annotations
 
-from emem_ros.core.numbers import finite_or_none
 import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Protocol
 
+from emem_ros.core.numbers import finite_or_none
 from emem_ros.core.types import SourceType
 from emem_ros.ingest.drafts import ObservationDraft
 

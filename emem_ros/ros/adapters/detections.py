@@ -15,7 +15,14 @@ from typing import Any, Optional
 from emem_ros.core.types import Position
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.ros.adapters.base import (
-    LayerLike, SkipMessage, as_float, draft, frame_of, message_stamp, note, stamp_seconds,
+    LayerLike,
+    SkipMessage,
+    as_float,
+    draft,
+    frame_of,
+    message_stamp,
+    note,
+    stamp_seconds,
 )
 from emem_ros.ros.intake import SUBJECT_KEY
 
