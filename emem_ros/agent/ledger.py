@@ -144,7 +144,7 @@ class ExperienceLedger:
             "stamp": _stamp(timestamp, self._engine.now() if timestamp is None else 0.0),
             "episode": (self._episode(episode_id) if episode_id
                         else self._engine.active_episode_id),
-            "position": list(finite_position(x, y, z)) if x is not None or y is not None else None,
+            "position": _position_list(x, y, z),
             "supersedes": self._existing(supersedes) if supersedes else None,
         }
         content = record_content(fields)  # metadata was checked by _metadata above
@@ -163,7 +163,7 @@ class ExperienceLedger:
     def correct(self, record_id: str, **changes: Any) -> str:
         """A new record that supersedes ``record_id``, with the given fields changed."""
         old = self.get(record_id)
-        values = {
+        values: dict[str, Any] = {
             "goal": old.goal, "action": old.action, "result": old.result, "reflection": old.reflection,
             "success": old.success, "tags": old.tags, "metadata": old.metadata, "episode_id": old.episode_id,
         }
@@ -223,10 +223,10 @@ class ExperienceLedger:
     ) -> list[tuple[Experience, float]]:
         """Filter in SQL, then rank by meaning (vector + keyword, fused) if a query is given."""
         self._store.apply_deferred()
-        where, params = ["1"], []
+        where, params = ["1"], list[object]()
         if success is not None:
             where.append("e.success = ?")
-            params.append(int(_success(success)))
+            params.append(int(bool(_success(success))))
         for tag in _tag_list(tags):
             where.append("EXISTS (SELECT 1 FROM json_each(e.tags) WHERE json_each.value = ?)")
             params.append(_tag(tag))
@@ -239,9 +239,10 @@ class ExperienceLedger:
             params.append(before)
         if episode_id:
             where.append("e.episode_id = ?")
-            params.append(int(self._episode(episode_id).split("-")[1]))
+            params.append(int(str(self._episode(episode_id)).split("-")[1]))
         if near_x is not None or near_y is not None:
             center = finite_position(near_x, near_y, 0.0)
+            assert center is not None  # near_x or near_y given: finite_position raises unless both are
             r = float(radius if radius is not None else 5.0)
             where.append("e.x BETWEEN ? AND ? AND e.y BETWEEN ? AND ?"
                          " AND (e.x - ?) * (e.x - ?) + (e.y - ?) * (e.y - ?) <= ?")
@@ -349,7 +350,12 @@ def _stored_vectors(conn: sqlite3.Connection, labels: np.ndarray, dim: int) -> n
     return out
 
 
-def _satisfying(conn, labels: list[int], condition: str, params: list) -> set[int]:
+def _position_list(x: Any, y: Any, z: Any) -> Optional[list[float]]:
+    position = finite_position(x, y, z)
+    return list(position) if position is not None else None
+
+
+def _satisfying(conn: sqlite3.Connection, labels: list[int], condition: str, params: list[object]) -> set[int]:
     """Which of these records meet the condition (checked on them only)."""
     if not labels:
         return set()

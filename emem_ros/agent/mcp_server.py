@@ -54,7 +54,7 @@ def call(memory: ToolHost, name: str, arguments: Optional[dict[str, Any]]) -> tu
     return text, text.startswith("Error:")
 
 
-def build_server(memory: ToolHost):
+def build_server(memory: ToolHost) -> Any:
     """An ``mcp`` low-level Server serving ``memory``; calls run one at a time in a worker thread."""
     import anyio
     import mcp.types as types

@@ -56,7 +56,7 @@ from emem_ros.agent.transfer_format import (
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.types import EpisodeStatus, NodeKind, SourceType, Tier, make_id
-from emem_ros.storage.sqlutil import chunked, marks
+from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 from emem_ros.storage.store import NewObservation
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class _Importer:
                      self._episode_by_key(conn, r.get("previous")), r["summary"], r["goal"], r["action"],
                      r["result"], r["reflection"], r["success"], r["consolidated"], r["metadata"],
                      vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 self.episodes[r["ref"]] = number
                 self.report.added["episodes"] += 1
                 if r.get("vec"):
@@ -229,7 +229,7 @@ class _Importer:
                     (r["text"], r["cx"], r["cy"], r["cz"], r["radius"], r["time_start"], r["time_end"],
                      r["source_count"], r["layers"], self.episodes.get(r["episode"]) if r["episode"] is not None
                      else None, r["created_at"], r["metadata"], vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (number, r["text"]))
                 self.gists[r["ref"]] = number
                 self.report.added["gists"] += 1
@@ -358,7 +358,7 @@ class _Importer:
         with store.write_lock:
             texts = {o.text for o in self.archived_places}
             alive: dict[str, int] = {}
-            for items in _chunks(sorted(texts)):
+            for items in chunked(sorted(texts)):
                 alive.update(store.reader().execute(
                     f"SELECT text, id FROM texts WHERE text IN ({marks(len(items))})", items).fetchall())
             batch = [o for o in self.archived_places if o.text in alive]
@@ -397,7 +397,7 @@ class _Importer:
                     (r["name"], r["entity_type"], r["x"], r["y"], r["z"], r["spread"], r["first_seen"],
                      r["last_seen"], r["sightings"], r["confidence"], r["layer"], r["metadata"],
                      vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 self.entities[r["ref"]] = number
                 self.report.added["entities"] += 1
                 if r.get("vec"):
@@ -440,7 +440,7 @@ class _Importer:
                     (r["id"], r["goal"], r["action"], r["result"], r["reflection"], r["success"], r["tags"],
                      r["metadata"], r["stamp"], self.episodes.get(r["episode"]) if r["episode"] is not None
                      else None, r["x"], r["y"], r["z"], r["supersedes"], vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 conn.execute("INSERT INTO experiences_fts(rowid, goal, action, result, reflection, tags)"
                              " VALUES(?,?,?,?,?,?)", (number, r["goal"], r["action"], r["result"], r["reflection"],
                                                       r["tags"]))
@@ -489,6 +489,4 @@ def _take(ids: Optional[list[int]], used: set[int]) -> Optional[int]:
     return None
 
 
-def _chunks(items: list[Any], size: int = 900):
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     detach.set_defaults(func=_detach)
 
 
-def _connect(url: str):
+def _connect(url: str) -> Any:
     from emem_ros.fleet import db
 
     return db.connect(url)

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from emem_ros.memory import Memory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +45,7 @@ def handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def _new_memory(db: Path, model: str, ollama_host):
+def _new_memory(db: Path, model: str, ollama_host: Optional[str]) -> "Memory":
     """An empty memory file that uses the export's embedding model."""
     import time
 

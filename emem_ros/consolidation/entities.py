@@ -97,7 +97,7 @@ from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
-from emem_ros.storage.sqlutil import chunked, marks
+from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine
@@ -335,6 +335,13 @@ def same_object_reach(state: EntityState, radius: float) -> float:
     return min(radius, INSTANCE_SEPARATION + 2.0 * state.object.spread)
 
 
+def _entity_id(state: EntityState) -> str:
+    """The node id of an entity written in this transaction (numbered by its INSERT)."""
+    if state.number is None:
+        raise ValueError(f"entity {state.name!r} has no row yet")
+    return make_id(NodeKind.ENTITY, state.number)
+
+
 def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
     """Entities seen in the same visits as this one, with how many visits, most first."""
     me = make_id(NodeKind.ENTITY, entity_number)
@@ -406,6 +413,7 @@ class EntityExtractor:
         if late:
             late.sort(key=lambda r: (r.stamp, r.id))
             clusters += clusters_of(late, params, False, None)[0]
+        new_stamp: Optional[float]
         if deferred_from is not None:
             new_stamp = deferred_from
         elif fresh:
@@ -517,7 +525,8 @@ class EntityExtractor:
         target.add(row)
         return target
 
-    def _text_sightings(self, rows: Sequence[ObsRow], place, groups: dict, report: EntityReport) -> None:
+    def _text_sightings(self, rows: Sequence[ObsRow], place: Optional[tuple[float, float]], groups: dict[Any, Any],
+                        report: EntityReport) -> None:
         """Names an LLM finds in free text, placed where the robot was (vague, like 2-D detections)."""
         for text in dict.fromkeys(r.text for r in rows):
             names = self._names_in(text, report)
@@ -703,7 +712,7 @@ class EntityExtractor:
                         (state.name, state.entity_type, x, y, z, state.spread, state.first, state.last,
                          state.sightings, state.confidence, state.layer, meta,
                          np.asarray(state.vector, dtype=np.float32).tobytes()))
-                    state.number = int(cursor.lastrowid)
+                    state.number = inserted_id(cursor)
                     created.append(state)
                 else:
                     conn.execute(
@@ -713,14 +722,13 @@ class EntityExtractor:
                          meta, state.number))
             kind_obs = EdgeKind.OBSERVED_IN.value
             conn.executemany(EDGE_SQL, [
-                (kind_obs, make_id(NodeKind.ENTITY, state.number), make_id(NodeKind.OBSERVATION, oid), float(n), now)
+                (kind_obs, _entity_id(state), make_id(NodeKind.OBSERVATION, oid), float(n), now)
                 for state, oid, n in observed])
             by_key = {state.key: state for state in touched.values()}
             rows = []
             for (a, b), count in pairs.items():
-                lo, hi = sorted((by_key[a].number, by_key[b].number))
-                rows.append((EdgeKind.COOCCURS_WITH.value, make_id(NodeKind.ENTITY, lo),
-                             make_id(NodeKind.ENTITY, hi), float(count), now))
+                lo, hi = sorted((by_key[a], by_key[b]), key=lambda s: s.number or 0)
+                rows.append((EdgeKind.COOCCURS_WITH.value, _entity_id(lo), _entity_id(hi), float(count), now))
             conn.executemany(EDGE_SQL, rows)
             write_marks(conn, ENTITY_MARKS, marks)
         if created:

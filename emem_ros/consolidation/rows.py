@@ -270,8 +270,8 @@ def _labels_from(text: str, meta: dict[str, Any]) -> list[str]:
         for key in _LIST_KEYS:
             items = meta.get(key)
             if isinstance(items, list):
-                names = [_class_name(item, "") for item in items if isinstance(item, dict)]
-                names = [n.lower() for n in names if n]
+                found = [_class_name(item, "") for item in items if isinstance(item, dict)]
+                names = [n.lower() for n in found if n]
                 if names:
                     return names
     text = text.strip()

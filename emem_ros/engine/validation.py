@@ -105,6 +105,7 @@ def clean_embedding(embedding: Any, dim: int) -> Optional[np.ndarray]:
     if embedding is None:
         return None
     try:
-        return check_embeddings(embedding, ["embedding"], dim)[0]
+        vector: np.ndarray = check_embeddings(embedding, ["embedding"], dim)[0]
+        return vector
     except EmemError as exc:
         raise InvalidInputError(f"embedding rejected: {exc}") from exc

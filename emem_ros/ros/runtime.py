@@ -150,7 +150,9 @@ class MemoryRuntime:
     def _open(self, params: NodeParams) -> Any:
         build = self._build
         if build is None:
-            from emem_ros.ros.factory import build_memory as build
+            from emem_ros.ros.factory import build_memory
+
+            build = build_memory
         try:
             return build(params, self.clock)
         except EmemError as exc:

@@ -8,6 +8,7 @@ from SQLite, never failing the write that already succeeded.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -16,7 +17,10 @@ from typing import Any, Callable
 import numpy as np
 
 from emem_ros.core.types import Position
+from emem_ros.indexes.spatial_index import SpatialIndex
+from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.sqlutil import chunked, marks
 
 log = logging.getLogger(__name__)
@@ -33,7 +37,7 @@ VECTOR_TABLES = {
 }
 
 
-class DerivedIndexesMixin:
+class DerivedIndexesMixin(StoreBase):
     """``MemoryStore``'s derived indexes: ``vectors`` (name -> VectorIndex) and ``places`` (R-tree)."""
 
     # ------------------------------------------------------------------ derived indexes
@@ -60,8 +64,7 @@ class DerivedIndexesMixin:
         loaded = index.load(self.index_dir, top) if load else False
         if load and not loaded and len(expected):
             log.info("%s: no usable snapshot, rebuilding %d vectors from SQLite", name, len(expected))
-        missing, extra = index.reconcile(
-            expected, lambda ids, t=table, c=label: self._fetch_vectors(t, ids, c))
+        missing, extra = index.reconcile(expected, functools.partial(self._fetch_vectors, table, label=label))
         return {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(index)}
 
     def update_index(self, name: str, update: Callable[[], None]) -> None:
@@ -103,8 +106,7 @@ class DerivedIndexesMixin:
     def _fetch_vectors(self, table: str, ids: np.ndarray, label: str = "id") -> np.ndarray:
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         position = {int(i): n for n, i in enumerate(ids.tolist())}
-        for chunk in chunked(ids):
-            chunk = chunk.tolist()
+        for chunk in chunked(ids.tolist()):
             for row_id, blob in self.state.conn.execute(
                 f"SELECT {label}, embedding FROM {table} WHERE {label} IN ({marks(len(chunk))})", chunk
             ):
@@ -114,8 +116,7 @@ class DerivedIndexesMixin:
     def _fetch_place_boxes(self, ids: np.ndarray) -> np.ndarray:
         boxes = np.empty((len(ids), 6), dtype=np.float64)
         position = {int(i): n for n, i in enumerate(ids.tolist())}
-        for chunk in chunked(ids):
-            chunk = chunk.tolist()
+        for chunk in chunked(ids.tolist()):
             for row_id, cx, cy, cz in self.state.conn.execute(
                 f"SELECT id, cx, cy, cz FROM places WHERE id IN ({marks(len(chunk))})", chunk
             ):
@@ -143,7 +144,8 @@ class DerivedIndexesMixin:
             with self.state.write_lock:
                 self.repair_stale()
         ok = True
-        for name, index in [*self.vectors.items(), ("places", self.places)]:
+        snapshots: list[tuple[str, VectorIndex | SpatialIndex]] = [*self.vectors.items(), ("places", self.places)]
+        for name, index in snapshots:
             try:
                 index.save(self.index_dir)
             except Exception as exc:

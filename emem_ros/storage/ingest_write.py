@@ -7,22 +7,25 @@ the observations of one text in one grid cell (the R-tree holds places).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import sqlite3
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from emem_ros.core.types import Tier
 from emem_ros.storage import codec
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.records import _INTEROCEPTION, EmbedFn, NewObservation, WriteReport
 from emem_ros.storage.sqlutil import chunked, marks
 
 log = logging.getLogger(__name__)
 
 
-class IngestWriteMixin:
+class IngestWriteMixin(StoreBase):
     """``MemoryStore.write_observations`` and what it needs; ``backfill_vectors`` after an outage."""
 
     # ------------------------------------------------------------------ ingest
@@ -150,7 +153,7 @@ class IngestWriteMixin:
                     conn.executemany("UPDATE texts SET embedding=? WHERE id=? AND embedding IS NULL",
                                      [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, chunk)])
                 ids = np.array([r[0] for r in chunk], dtype=np.int64)
-                self.update_index("texts", lambda ids=ids, vectors=vectors: self.vectors["texts"].add(ids, vectors))
+                self.update_index("texts", functools.partial(self.vectors["texts"].add, ids, vectors))
                 for text_id, text in chunk:
                     self.state.text_cache.put(text, text_id, True)
                 done += len(chunk)
@@ -213,7 +216,9 @@ class IngestWriteMixin:
                 vectors[text] = vector
         return vectors
 
-    def _store_texts(self, conn, batch, known, vectors, report):
+    def _store_texts(self, conn: sqlite3.Connection, batch: Sequence[NewObservation],
+                     known: dict[str, tuple[int, bool]], vectors: dict[str, np.ndarray],
+                     report: WriteReport) -> tuple[dict[str, int], list[tuple[int, np.ndarray]]]:
         """Insert the batch's new texts (two statements for all of them) and set vectors of known ones."""
         text_ids: dict[str, int] = {t: v[0] for t, v in known.items()}
         new_vector_ids: list[tuple[int, np.ndarray]] = []
@@ -242,8 +247,9 @@ class IngestWriteMixin:
         report.embedded = len(vectors)
         return text_ids, new_vector_ids
 
-    def upsert_places(self, conn, batch, text_ids) -> None:
-        groups: dict[tuple, list] = {}
+    def upsert_places(self, conn: sqlite3.Connection, batch: Sequence[NewObservation],
+                      text_ids: dict[str, int]) -> None:
+        groups: dict[tuple[int, str, int, int, int], list[Any]] = {}
         size, floor, body = self.cell_size, math.floor, _INTEROCEPTION
         for o in batch:
             position = o.position

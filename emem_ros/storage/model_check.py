@@ -14,6 +14,7 @@ import time
 
 from emem_ros.core.errors import EmbeddingMismatchError
 from emem_ros.storage import codec
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.derived_indexes import VECTOR_TABLES
 from emem_ros.storage.records import EmbedFn
 from emem_ros.storage.sqlutil import chunked
@@ -31,7 +32,7 @@ def _reembed_target(marker: str) -> tuple[str, int]:
 
 
 
-class ModelCheckMixin:
+class ModelCheckMixin(StoreBase):
     """``MemoryStore``'s model check at open and ``reembed_all``."""
 
     def _check_model(self) -> bool:

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class PlaceArrays:
         return len(self.id)
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple]) -> "PlaceArrays":
+    def from_rows(cls, rows: Sequence[tuple[Any, ...]]) -> "PlaceArrays":
         if not rows:
             return cls.empty()
         cols = list(zip(*rows))
@@ -121,7 +121,7 @@ class PlaceArrays:
                                                                                "cz") else np.float64)
                      for f in cls.FIELDS))
 
-    def take(self, index) -> "PlaceArrays":
+    def take(self, index: np.ndarray) -> "PlaceArrays":
         return PlaceArrays(*(getattr(self, f)[index] for f in self.FIELDS))
 
     @classmethod
@@ -133,7 +133,7 @@ class PlaceArrays:
             return parts[0]
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.FIELDS))
 
-    def rows(self) -> list[tuple]:
+    def rows(self) -> list[tuple[Any, ...]]:
         """As the tuples ``SELECT id, text_id, layer, count, sx, sy, sz, first, last, last_obs`` gives."""
         count = [int(c) for c in self.count.tolist()]
         return list(zip(self.id.tolist(), self.text_id.tolist(), self.layer.tolist(), count, self.sx.tolist(),
@@ -209,7 +209,7 @@ class PlaceCache:
             self._append(conn.execute(f"SELECT {COLUMNS} FROM places ORDER BY id").fetchall())
         self._loaded = True
 
-    def _append(self, rows: Sequence[tuple]) -> None:
+    def _append(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Add rows with ids above every id held (AUTOINCREMENT: new places only ever get larger ids)."""
         if not rows:
             return
@@ -252,7 +252,7 @@ class PlaceCache:
 
     def _apply(self, keys: list[Key]) -> None:
         unique = list(dict.fromkeys(keys))
-        found: list[tuple] = []
+        found: list[tuple[Any, ...]] = []
         conn = self._reader()
         for chunk in chunked(unique, 150):
             values = ",".join("(?,?,?,?,?)" for _ in chunk)
@@ -415,7 +415,7 @@ class PlaceCache:
 
     # ------------------------------------------------------------------ too big to mirror: SQLite
     def _by_id_sql(self, ids: list[int]) -> PlaceArrays:
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for chunk in chunked(ids):
             rows += self._reader().execute(
                 f"SELECT {COLUMNS} FROM places WHERE id IN ({marks(len(chunk))}) ORDER BY id", chunk).fetchall()
@@ -425,12 +425,12 @@ class PlaceCache:
                   center: tuple[float, float, float], radius: float, three_d: bool) -> PlaceArrays:
         x0, x1, y0, y1, z0, z1 = cells
         where = f"layer IN ({marks(len(layers))}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
-        bounds: list = [*layers, x0, x1, y0, y1]
+        bounds: list[Any] = [*layers, x0, x1, y0, y1]
         if three_d:
             where += " AND cz BETWEEN ? AND ?"
             bounds += [z0, z1]
         ids = sorted(set(int(t) for t in text_ids))
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for chunk in chunked(ids, 500):
             rows += self._reader().execute(
                 f"SELECT {COLUMNS} FROM places WHERE text_id IN ({marks(len(chunk))}) AND {where}"
@@ -440,7 +440,7 @@ class PlaceCache:
     def _of_texts_sql(self, text_ids: Sequence[int], layer: Optional[str], after: Optional[float],
                       before: Optional[float]) -> PlaceArrays:
         ids = sorted(set(int(t) for t in text_ids))
-        extra, params = "", []
+        extra, params = "", list[object]()
         if layer:
             extra += " AND layer = ?"
             params.append(layer)
@@ -451,7 +451,7 @@ class PlaceCache:
             extra += " AND first_stamp <= ?"
             params.append(before)
         order = "text_id, cx, cy, cz" if layer else "text_id, id"
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for chunk in chunked(ids):
             rows += self._reader().execute(
                 f"SELECT {COLUMNS} FROM places WHERE text_id IN ({marks(len(chunk))}){extra}"
@@ -459,8 +459,8 @@ class PlaceCache:
         return PlaceArrays.from_rows(rows)
 
 
-def rows_within(rows: list[tuple], center: tuple[float, float, float], radius: float,
-                three_d: bool = False) -> list[tuple]:
+def rows_within(rows: list[tuple[Any, ...]], center: tuple[float, float, float], radius: float,
+                three_d: bool = False) -> list[tuple[Any, ...]]:
     """Raw place rows whose centroid (sum / count) lies within ``radius`` of ``center``."""
     cx, cy, cz = center
     r2 = radius * radius

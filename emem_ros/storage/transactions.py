@@ -15,16 +15,18 @@ import os
 import sqlite3
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, cast
 
 from emem_ros.core.errors import StoreError
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.events import Announcement, Commit
+from emem_ros.storage.logcodec import Statement
 from emem_ros.storage.oplog import Record, RecordingConnection, apply_record
 
 log = logging.getLogger(__name__)
 
 
-class TransactionsMixin:
+class TransactionsMixin(StoreBase):
     """``MemoryStore``'s writes: ``write()``, deferred log records, redo after a crash, log checkpoints.
 
     Uses the store's ``_conn``, ``_write_lock``, ``oplog``, ``_deferred``,
@@ -45,15 +47,16 @@ class TransactionsMixin:
             if self.state.closed:
                 raise StoreError("the memory is closed")
             self.state.conn.execute("BEGIN IMMEDIATE")
-            conn = RecordingConnection(self.state.conn) if self.oplog is not None else self.state.conn
+            recording = RecordingConnection(self.state.conn) if self.oplog is not None else None
             deferred = self.state.deferred
             self.state.announced = Announcement()
             try:
                 for seq, statements in deferred:  # logged earlier: they come first, in log order
                     apply_record(self.state.conn, Record(seq, statements))
-                yield conn
-                if self.oplog is not None and conn.statements:
-                    seq, offset = self.oplog.append(conn.statements)
+                # A RecordingConnection passes every Connection method through and logs the mutating ones.
+                yield cast(sqlite3.Connection, recording) if recording is not None else self.state.conn
+                if self.oplog is not None and recording is not None and recording.statements:
+                    seq, offset = self.oplog.append(recording.statements)
                     try:
                         self.state.conn.execute(
                             "INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)", (str(seq),))
@@ -74,7 +77,7 @@ class TransactionsMixin:
                     self.state.conn.execute("ROLLBACK")
                 raise
             announced, self.state.announced = self.state.announced, Announcement()
-            self._after_commit(deferred, conn, announced)
+            self._after_commit(deferred, recording, announced)
 
     def announce(self, *, removed_texts: Sequence[tuple[int, str]] = (), removed_places: Sequence[int] = (),
                  reshaped: bool = False) -> None:
@@ -84,7 +87,8 @@ class TransactionsMixin:
         announced.removed_places.extend(removed_places)
         announced.reshaped = announced.reshaped or reshaped
 
-    def _after_commit(self, deferred: list, conn: Any, announced: Announcement) -> None:
+    def _after_commit(self, deferred: list[tuple[int, list[Statement]]], recording: Optional[RecordingConnection],
+                      announced: Announcement) -> None:
         """Derived indexes drop what was removed; subscribers hear of the commit. Never fails the write.
 
         Subscribers get the transaction's mutating statements, or None when they
@@ -96,17 +100,16 @@ class TransactionsMixin:
             self.forget_texts([text for _, text in announced.removed_texts])
         if announced.removed_places:
             self.update_index("places", lambda: self.places.delete(announced.removed_places))
-        statements: Optional[list] = None
+        statements: Optional[list[Statement]] = None
         if self.oplog is not None:
-            statements = [s for item in deferred
-                          for s in (item.statements if hasattr(item, "statements") else item[1])]
-            statements += getattr(conn, "statements", [])
+            statements = [s for _, logged in deferred for s in logged]
+            statements += recording.statements if recording is not None else []
             if not statements and announced.empty():
                 return
         self.commits.publish(Commit(statements, tuple(announced.removed_texts), tuple(announced.removed_places),
                                     announced.reshaped, tuple(announced.touched_places)))
 
-    def write_deferred(self, statements: list) -> int:
+    def write_deferred(self, statements: list[Statement]) -> int:
         """Make a small transaction durable in the log now; SQLite applies it with the next write.
 
         For writes that must be cheap at the caller (the experience ledger): the

@@ -54,7 +54,8 @@ class Representative:
         return make_id(NodeKind.EPISODE, self.episode) if self.episode is not None else None
 
 
-def area_box(center: Position, radius: float, cell: float, three_d: bool = False) -> tuple[float, ...]:
+def area_box(center: Position, radius: float, cell: float,
+             three_d: bool = False) -> tuple[float, float, float, float, float, float]:
     cx, cy, cz = center
     if three_d:
         return (cx - radius, cy - radius, cz - radius - cell, cx + radius, cy + radius, cz + radius + cell)

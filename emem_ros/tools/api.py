@@ -77,9 +77,10 @@ class MemoryTools:
         """The result, with a note when observations still wait to be stored (a copy: the cache may hold it)."""
         engine = self.env.engine
         note = engine.unstored_note() if not engine.closed else None
-        if note and dataclasses.is_dataclass(result) and isinstance(getattr(result, "notes", None), list):
+        notes = getattr(result, "notes", None)
+        if note and dataclasses.is_dataclass(result) and not isinstance(result, type) and isinstance(notes, list):
             try:
-                result = dataclasses.replace(result, notes=[*result.notes, note])  # type: ignore[type-var]
+                result = dataclasses.replace(result, notes=[*notes, note])
             except (TypeError, ValueError):
                 log.debug("could not add the unstored note to %s", type(result).__name__)
         return result

@@ -94,7 +94,7 @@ class LayerLevels:
             stored = read_body_scales(conn).get(layer)
             if stored is not None:
                 return cls(layer, float(stored["scale"]), stored["unit"])
-        return _levels_of_samples(cls, layer, tuple(samples))
+        return _levels_of_samples(layer, tuple(samples))
 
     @classmethod
     def from_samples(cls, layer: str, samples: Sequence[tuple[Optional[str], Optional[float]]]) -> "LayerLevels":
@@ -122,10 +122,10 @@ class LayerLevels:
 
 
 @lru_cache(maxsize=256)
-def _levels_of_samples(cls: type, layer: str, samples: tuple) -> "LayerLevels":
+def _levels_of_samples(layer: str, samples: tuple[tuple[str, Optional[float]], ...]) -> "LayerLevels":
     """``LayerLevels.from_samples``, memoised on the exact samples: between two readings of a layer every
     body_status call sees the same newest readings, and parsing them is most of a call."""
-    return cls.from_samples(layer, samples)
+    return LayerLevels.from_samples(layer, samples)
 
 
 # ---------------------------------------------------------------------- the tool
@@ -401,9 +401,10 @@ def _crossings(env: ToolEnv, levels: LayerLevels, direction: str, threshold: flo
 
 
 def _window(layer: str, after: Optional[float], before: Optional[float],
-            source: bool = True) -> tuple[str, list]:
+            source: bool = True) -> tuple[str, list[object]]:
     """SQL condition and parameters for a layer's rows in a time window (on the (layer, stamp) index)."""
-    where, params = (["o.layer = ? AND o.source_type = ?"], [layer, _BODY]) if source else (["o.layer = ?"], [layer])
+    where = ["o.layer = ? AND o.source_type = ?"] if source else ["o.layer = ?"]
+    params: list[object] = [layer, _BODY] if source else [layer]
     if after is not None:
         where.append("o.stamp >= ?")
         params.append(after)

@@ -18,6 +18,7 @@ shown when a live observation backs it.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from typing import Iterable, Optional
 
@@ -93,7 +94,7 @@ class TextCatalog:
                 self._catch_up(conn)
             self._versions[key] = version
 
-    def _build(self, conn) -> None:
+    def _build(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN")
         try:
             top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
@@ -108,7 +109,7 @@ class TextCatalog:
         self._high_water = int(top)
         self._built = True
 
-    def _catch_up(self, conn) -> None:
+    def _catch_up(self, conn: sqlite3.Connection) -> None:
         rows = conn.execute(
             "SELECT id, text_id, layer, episode_id, source_type, stamp FROM observations"
             " WHERE id > ? ORDER BY id", (self._high_water,)).fetchall()

@@ -102,7 +102,7 @@ class KeywordIndex:
         if not tokens:
             return None
         df = self._document_frequency(conn, tokens)  # 0 also when the stem guess missed
-        budget, chosen = DF_BUDGET, []
+        budget, chosen = DF_BUDGET, list[str]()
         for token in sorted(tokens, key=lambda t: df[t]):
             if df[token] > DF_CEILING or (chosen and df[token] > budget):
                 break

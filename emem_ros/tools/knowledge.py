@@ -77,7 +77,7 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
                   name: Optional[str] = None, entity_type: Optional[str] = None,
                   after: Optional[float] = None) -> list[Hit]:
     """Entities by substring of name (then by meaning), type, place and recency."""
-    where, params = ["1"], []
+    where, params = ["1"], list[object]()
     if entity_type:
         where.append("e.entity_type = ? COLLATE NOCASE")
         params.append(entity_type)

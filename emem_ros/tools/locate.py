@@ -143,7 +143,7 @@ def _prefer_object_positions(env: ToolEnv, evidence: "_Evidence") -> tuple["_Evi
         "(stored at the robot's pose) were left out of the estimate")
 
 
-def _relevance(env: ToolEnv, vector, ranked: list[Candidate]) -> dict[int, float]:
+def _relevance(env: ToolEnv, vector: np.ndarray, ranked: list[Candidate]) -> dict[int, float]:
     """exp((cosine - best) / T) per text: similarity decides, not rank (ranks are nearly flat under RRF).
 
     Texts weighing under MIN_RELEVANCE cannot move the answer and are dropped before their places are read.
@@ -192,7 +192,7 @@ class _Evidence:
             evidence = evidence.subset(np.argsort(-evidence.weight)[:MAX_PLACES])
         return evidence
 
-    def subset(self, mask) -> "_Evidence":
+    def subset(self, mask: np.ndarray) -> "_Evidence":
         return _Evidence(self.text_id[mask], self.layer[mask], self.xyz[mask], self.count[mask], self.first[mask],
                          self.last[mask], self.last_obs[mask], self.weight[mask])
 

@@ -52,7 +52,8 @@ def semantic_search(env: ToolEnv, query: Any, n_results: Any = 10, layer: Any = 
 
 def ranked_hits(env: ToolEnv, query: str, f: Filters, n: int, now: float, gists: bool = True) -> list[Hit]:
     """Texts and gists fused by RRF (with recency), as hits, best first."""
-    area = AreaIndex.build(env.store, env.catalog, f.center, f.radius, f.layer) if f.spatial else None
+    area = AreaIndex.build(env.store, env.catalog, f.center, f.radius, f.layer) \
+        if f.center is not None and f.radius is not None else None
     agg = Aggregator(env.store, env.catalog, f, area)
     vector = env.query_vector(query)
     floor, want = env.config.similarity_floor, n + max(5, n // 2)
@@ -314,7 +315,8 @@ def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
              max_y + half)).fetchone()
         if not row[0]:
             return None
-        count, exact, first, last = min(row[0], 1000), row[0] <= 1000, row[1] if row[0] <= 1000 else None, row[2]
+        count, exact, last = min(row[0], 1000), row[0] <= 1000, row[2]
+        first = row[1] if row[0] <= 1000 else g.first
         newest = env.store.reader().execute(
             "SELECT id FROM observations WHERE text_id = ? AND stamp = ? AND layer = ? LIMIT 1",
             (g.text_id, last, g.layer)).fetchone()

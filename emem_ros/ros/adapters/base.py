@@ -27,8 +27,11 @@ ELLIPSIS = "…"
 class LayerLike(Protocol):
     """The part of ``LayerSpec`` an adapter reads."""
 
-    name: str
-    is_internal_state: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_internal_state(self) -> bool: ...
 
 
 Adapter = Callable[[Any, LayerLike, float], list[ObservationDraft]]

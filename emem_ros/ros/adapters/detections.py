@@ -56,7 +56,7 @@ def _adapt_array(msg: Any, layer: LayerLike, receive_time: float, three_d: bool)
         metadata: dict[str, Any] = {SUBJECT_KEY: class_id, "class_id": class_id, "score": score}
         others = [[c, s] for i, (c, s, _) in enumerate(hypotheses) if i != best]
         if others:
-            others.sort(key=lambda pair: -pair[1])
+            others.sort(key=lambda pair: -float(pair[1]))  # type: ignore[arg-type]  # [class, score] pairs
             metadata["hypotheses"] = others[:OTHER_HYPOTHESES]
         track_id = getattr(detection, "id", "")
         if isinstance(track_id, str) and track_id:
@@ -102,9 +102,9 @@ def _bbox2d(bbox: Any) -> Optional[dict[str, list[float]]]:
     point = getattr(center, "position", center)  # vision_msgs/Pose2D or geometry_msgs/Pose2D
     values = [as_float(getattr(point, "x", None)), as_float(getattr(point, "y", None)),
               as_float(getattr(bbox, "size_x", None)), as_float(getattr(bbox, "size_y", None))]
-    if any(v is None for v in values):
-        return None
     cx, cy, sx, sy = values
+    if cx is None or cy is None or sx is None or sy is None:
+        return None
     return {"center": [round(cx, 3), round(cy, 3)], "size": [round(sx, 3), round(sy, 3)]}
 
 
