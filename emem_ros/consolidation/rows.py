@@ -186,9 +186,8 @@ class RowMemo:
                 built.update((r.id, r) for r in fetch_rows(conn, clause, values, order="o.id"))
             # a row gone between the two reads (archived meanwhile) is left out: as if read a moment later
             out = [row if row is not None else built.get(key[0]) for row, key in zip(out, keys)]
-            out = [row for row in out if row is not None]
         self.reused += len(keys) - len(missing)
-        return out  # type: ignore[return-value]
+        return [row for row in out if row is not None]
 
     def _keep(self, rows: Sequence[ObsRow]) -> None:
         held = self._rows

@@ -19,7 +19,7 @@ from rosbags.rosbag2.errors import ReaderError
 from emem_ros.core.errors import EmemError
 
 try:  # Python >= 3.14
-    from compression import zstd  # type: ignore[import-not-found]
+    from compression import zstd  # type: ignore[import-not-found]  # the standard library's from 3.14 on
 except ImportError:  # pragma: no cover - depends on the interpreter
     try:
         from backports import zstd

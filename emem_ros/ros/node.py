@@ -43,13 +43,13 @@ from emem_ros.ros.runtime import ConfigureError, MemoryRuntime
 try:  # rclpy >= Galactic; a fallback keeps the module importable anywhere
     from rclpy.exceptions import ParameterUninitializedException
 except ImportError:  # pragma: no cover
-    class ParameterUninitializedException(Exception):  # type: ignore[no-redef]
+    class ParameterUninitializedException(Exception):  # type: ignore[no-redef]  # absent before Galactic
         pass
 
 try:
     from rclpy.executors import ExternalShutdownException
 except ImportError:  # pragma: no cover
-    class ExternalShutdownException(Exception):  # type: ignore[no-redef]
+    class ExternalShutdownException(Exception):  # type: ignore[no-redef]  # absent in old rclpy
         pass
 
 __all__ = ["MemoryNode", "main"]

@@ -217,12 +217,12 @@ def from_odometry(msg: Any, receive_time: Optional[float] = None) -> tuple[float
         stamp = as_float(receive_time)
         if stamp is None:
             raise InvalidInputError("odometry has a zero stamp and no receive time was given")
-    coords = [as_float(v) for v in (x, y, z)]
-    if any(c is None for c in coords):
+    px, py, pz = (as_float(v) for v in (x, y, z))
+    if px is None or py is None or pz is None:
         raise InvalidInputError(f"odometry position is not finite: ({x!r}, {y!r}, {z!r})")
     if not isinstance(frame, str):
         raise InvalidInputError(f"odometry frame_id must be a string, got {type(frame).__name__}")
-    return (stamp, coords[0], coords[1], coords[2], frame)  # type: ignore[return-value]
+    return (stamp, px, py, pz, frame)
 
 
 def _frame(frame_id: Any) -> str:

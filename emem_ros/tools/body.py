@@ -110,8 +110,9 @@ class LayerLevels:
         return cls(layer, scale, unit, comparable=scale is not None or bool(units))
 
     def level(self, text: Optional[str], value: Optional[float]) -> Optional[float]:
-        if self.scale is not None and finite_or_none(value) is not None:
-            return float(value) * self.scale  # type: ignore[arg-type]
+        number = finite_or_none(value)
+        if self.scale is not None and number is not None:
+            return number * self.scale
         parsed = reading_level(text)
         if parsed is not None and parsed[1] == self.unit:
             return parsed[0]
@@ -447,7 +448,7 @@ def _seek_values(env: ToolEnv, levels: LayerLevels, direction: str, threshold: f
         return rows[0] if rows else None
 
     def level(row: _Row) -> Level:
-        return row, float(row.value) * scale  # type: ignore[arg-type]
+        return row, float(row.value or 0.0) * scale  # rows of a crossing search all have a value (SQL)
 
     upper: Optional[_Row] = None  # search strictly older than this row
     older = "(o.stamp, o.id) < (?, ?)"

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from emem_ros.core.types import NodeKind, make_id
+from emem_ros.core.types import NodeKind, make_id, rounded
 from emem_ros.storage.sqlutil import marks
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.clusters import components
@@ -240,7 +240,7 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
         obs_id = newest[(text_id, layer)]
         episode = episodes.get(obs_id)
         hits.append(Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=names.get(text_id, ""),
-                        layer=layer, position=tuple(round(float(v), 3) for v in position),  # type: ignore
+                        layer=layer, position=rounded(position),
                         stamp=float(cluster.last[mask].max()), first_stamp=float(cluster.first[mask].min()),
                         score=round(score.get(text_id, 0.0), 4), count=int(count.sum()),
                         episode_id=make_id(NodeKind.EPISODE, episode) if episode is not None else None))

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.errors import InvalidInputError
-from emem_ros.core.types import NodeKind, Position, SourceType, make_id
+from emem_ros.core.types import NodeKind, Position, SourceType, make_id, rounded
 from emem_ros.storage.place_cache import PlaceArrays
 from emem_ros.storage.sqlutil import marks
 from emem_ros.tools.aggregate import Aggregator, AreaIndex, place_arrays_near, place_of_row, place_rows_by_id, texts_of
@@ -328,7 +328,7 @@ def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
     if rep is None or rep[1] == "archived":
         return None
     return Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=text, layer=g.layer,
-               position=tuple(round(c, 3) for c in g.centroid), stamp=last, first_stamp=first,  # type: ignore
+               position=rounded(g.centroid), stamp=last, first_stamp=first,
                episode_id=make_id(NodeKind.EPISODE, rep[0]) if rep[0] is not None else None,
                count=count, count_is_lower_bound=not exact,
                distance=round(distance, 6))  # to the micrometre: numpy and per-place sums may differ in the last bit

@@ -133,11 +133,11 @@ def _object_position(result: Any, bbox: Any) -> tuple[Optional[Position], str]:
 def _point(point: Any) -> Optional[Position]:
     if point is None:
         return None
-    coords = (as_float(getattr(point, "x", None)), as_float(getattr(point, "y", None)),
-              as_float(getattr(point, "z", None)))
-    if any(c is None for c in coords):
+    x, y, z = (as_float(getattr(point, "x", None)), as_float(getattr(point, "y", None)),
+               as_float(getattr(point, "z", None)))
+    if x is None or y is None or z is None:
         return None
-    return coords  # type: ignore[return-value]
+    return (x, y, z)
 
 
 def _has_size(bbox: Any) -> bool:
