@@ -88,16 +88,15 @@ class PoseHistory:
     # ------------------------------------------------------------------ writing
     def add(self, stamp: float, x: float, y: float, z: float = 0.0, frame_id: str = "") -> bool:
         """Record a pose; False (and counted) when NaN/inf, unstamped or in the wrong frame."""
-        values = [as_float(v) for v in (stamp, x, y, z)]
+        t, px, py, pz = (as_float(v) for v in (stamp, x, y, z))
         with self._lock:
-            if any(v is None for v in values) or values[0] <= 0:  # type: ignore[operator]
+            if t is None or px is None or py is None or pz is None or t <= 0:
                 self._stats.rejected_nonfinite += 1
                 return False
             frame = _frame(frame_id)
             if self.frame_id and frame and frame != self.frame_id:
                 self._stats.rejected_frame += 1
                 return False
-            t, px, py, pz = values  # type: ignore[misc]
             sample = PoseSample(t, px, py, pz, frame or self.frame_id)
             if self._stamps and t < self._stamps[-1] - self.max_age:
                 # The clock went back further than the history reaches (bag loop,
@@ -218,12 +217,12 @@ def from_odometry(msg: Any, receive_time: Optional[float] = None) -> tuple[float
         stamp = as_float(receive_time)
         if stamp is None:
             raise InvalidInputError("odometry has a zero stamp and no receive time was given")
-    coords = [as_float(v) for v in (x, y, z)]
-    if any(c is None for c in coords):
+    px, py, pz = (as_float(v) for v in (x, y, z))
+    if px is None or py is None or pz is None:
         raise InvalidInputError(f"odometry position is not finite: ({x!r}, {y!r}, {z!r})")
     if not isinstance(frame, str):
         raise InvalidInputError(f"odometry frame_id must be a string, got {type(frame).__name__}")
-    return (stamp, coords[0], coords[1], coords[2], frame)  # type: ignore[return-value]
+    return (stamp, px, py, pz, frame)
 
 
 def _frame(frame_id: Any) -> str:
