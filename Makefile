@@ -10,7 +10,7 @@ SHARED_VENDOR ?= ../shared/vendor
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv demo test bench bags clean fleet-deps
+.PHONY: venv demo test lint bench bags clean fleet-deps
 
 $(STAMP): setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,13 @@ demo: $(STAMP)
 	$(BIN)/emem query $(DEMO_DIR)/memory.db temporal_query time_after=2025-03-14T09:10:24Z time_before=2025-03-14T09:10:50Z n_results=5
 	$(BIN)/emem map $(DEMO_DIR)/memory.db -o $(DEMO_DIR)/map.png
 
-test: $(STAMP) fleet-deps
+test: $(STAMP) fleet-deps lint
 	$(BIN)/python -m pytest -q
+
+# Types and lint (configured in setup.cfg [mypy] and ruff.toml); part of `make test`.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # PostgreSQL 15 + PostGIS (Debian packages) and pgvector (built from $(SHARED_VENDOR)) for the fleet-store
 # tests; where that folder is absent or we are not root, those tests skip and say why.

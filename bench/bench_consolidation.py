@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -40,9 +40,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+from engines import machine_info, save_results  # noqa: E402
+
 from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
-from engines import machine_info, save_results  # noqa: E402
 from test.support.patrol import PatrolInfo, multi_room_patrol  # noqa: E402
 
 Row = tuple[Any, ...]  # (text, x, y, z, stamp, layer, source, conf, meta, value)
@@ -122,7 +123,7 @@ def run_emem(rows: list[Row], visits: int, folder: Path) -> Result:
     memory = SpatioTemporalMemory(db_path=str(db), config=config, embedding_provider=HashingEmbeddingProvider(),
                                   get_current_time=lambda: clock[0])
     try:
-        for text, x, y, z, stamp, layer, source, conf, meta, value in rows:
+        for text, x, y, z, stamp, layer, source, conf, meta, _value in rows:
             if source == "interoception":
                 memory.add_body_state(text, layer, x=x, y=y, z=z, timestamp=stamp)
             else:

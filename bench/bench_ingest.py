@@ -38,7 +38,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from engines import OURS, PEER, adder, flush, folder_bytes, machine_info, open_ours, open_peer, peak_rss_mb, rss_mb, save_results  # noqa: E402
+from engines import (  # noqa: E402
+    OURS,
+    PEER,
+    adder,
+    flush,
+    folder_bytes,
+    machine_info,
+    open_ours,
+    open_peer,
+    peak_rss_mb,
+    rss_mb,
+    save_results,
+)
 from robot_streams import make_stream  # noqa: E402
 
 CHUNK = 5000

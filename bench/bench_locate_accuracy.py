@@ -216,7 +216,7 @@ def latency(n: int, rounds: int = 50) -> list[str]:
             clock = [float(stream.stamp[0])]
             folder = Path(tmp) / ("rays" if with_rays else "plain")
             folder.mkdir()
-            memory = open_ours(folder, provider, lambda: clock[0], query_cache_enabled=False)
+            memory = open_ours(folder, provider, lambda clock=clock: clock[0], query_cache_enabled=False)
             add = adder("emem_ros", memory)
             rays = 0
             for i, row in enumerate(stream.rows()):

@@ -6,6 +6,7 @@ of an installed copy stays cheap.
 """
 
 from pkgutil import extend_path
+from typing import Any
 
 __path__ = extend_path(__path__, __name__)
 
@@ -13,7 +14,7 @@ __all__ = ["Memory", "MemoryConfig"]
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # PEP 562: lazy exports keep `import emem_ros.msg` light.
+def __getattr__(name: str) -> Any:  # PEP 562: lazy exports keep `import emem_ros.msg` light.
     if name == "Memory":
         from emem_ros.memory import Memory
 

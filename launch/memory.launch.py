@@ -12,9 +12,7 @@ Works on Humble and Jazzy: only launch / launch_ros APIs present in both.
 
 from __future__ import annotations
 
-import launch
 import lifecycle_msgs.msg
-from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, EmitEvent, RegisterEventHandler
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
@@ -23,6 +21,9 @@ from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
+
+import launch
+from launch import LaunchDescription
 
 
 def generate_launch_description() -> LaunchDescription:

@@ -7,8 +7,10 @@ import sqlite3
 
 import pytest
 
-from emem_ros.agent.query_cache import CACHE_NOTE, POLICIES, cache_note_of
-from emem_ros.agent.scopes import (
+from emem_ros.storage.events import Commit
+from emem_ros.storage.store import MemoryStore
+from emem_ros.tools.query_cache import CACHE_NOTE, cache_note_of
+from emem_ros.tools.scopes import (
     ANY,
     BODY,
     LAYERSET,
@@ -17,7 +19,6 @@ from emem_ros.agent.scopes import (
     WriteScopes,
     layer_scope,
 )
-from emem_ros.storage.store import MemoryStore
 from test.support.scene import add_entity, add_gist
 
 T0 = 1_763_800_000.0
@@ -100,13 +101,13 @@ def test_a_write_in_scope_invalidates_and_writes_elsewhere_do_not(world, clock):
     tools.semantic_search("bright", layer="scene")
     tools.search_gists("kitchen")
     tools.entity_query(name="chair")
-    tools.agent.find_experiences(query="mug")
+    tools.find_experiences(query="mug")
     # A body reading, an experience: no perception answer changes.
     memory.add_body_state("battery 79%", "battery", timestamp=T0 + 5, value=0.79)
     memory.record_experience("fetch the mug", result="got it", success=True, timestamp=T0 + 6)
     assert cached(tools.semantic_search("red chair"))
     assert cached(tools.search_gists("kitchen")) and cached(tools.entity_query(name="chair"))
-    assert not cached(tools.agent.find_experiences(query="mug"))  # the ledger changed
+    assert not cached(tools.find_experiences(query="mug"))  # the ledger changed
     # A detection: unfiltered perception answers change, the scene layer's do not.
     memory.add("red chair by the door", 0.5, 0.5, timestamp=T0 + 7, layer_name="detections",
                source_type="perception")
@@ -196,7 +197,7 @@ def test_hit_rate_is_in_memory_stats(world):
     memory, _ = world
     for _ in range(3):
         memory.tools.locate("coffee mug")
-    stats = json.loads(json.dumps(memory.tools.agent.memory_stats().to_dict()))
+    stats = json.loads(json.dumps(memory.tools.memory_stats().to_dict()))
     assert stats["cache"]["hits"] == 2 and stats["cache"]["misses"] == 1
     assert stats["cache"]["hit_rate"] == pytest.approx(2 / 3)
     assert "hit rate 67%" in memory.dispatch_tool_call("memory_stats", {})
@@ -244,34 +245,37 @@ def test_scopes_are_read_from_the_statements():
     assert scopes.classify([("INSERT INTO robots(name) VALUES(?)", ["r2"], False)]) == {ANY}
     assert scopes.classify(None) == {ANY}
     before = scopes.snapshot([PERCEPTION])
-    scopes.on_commit([(insert, rows[:1], True)])
+    scopes.on_commit(Commit([(insert, rows[:1], True)]))
     assert scopes.unchanged(before)  # a body reading
-    scopes.on_commit([(insert, rows[1:], True)])
+    scopes.on_commit(Commit([(insert, rows[1:], True)]))
     assert not scopes.unchanged(before)
 
 
-def test_the_store_reports_commits_to_listeners(make_memory):
+def test_the_store_reports_commits_to_subscribers(make_memory):
     memory = make_memory()
     seen = []
-    memory.store.commit_listeners.append(seen.append)
-    memory.store.commit_listeners.append(lambda statements: 1 / 0)  # a failing listener never fails the write
+    memory.store.commits.subscribe(seen.append)
+    memory.store.commits.subscribe(lambda commit: 1 / 0)  # a failing subscriber never fails the write
     memory.add("red chair", 1.0, 1.0, layer_name="detections", source_type="perception")
     memory.flush()
-    assert seen and any("INSERT INTO observations" in sql for sql, _, _ in seen[-1])
+    assert seen and any("INSERT INTO observations" in sql for sql, _, _ in seen[-1].statements)
+    assert seen[-1].touched_places  # the place rows the flush wrote
     assert isinstance(memory.store, MemoryStore) and memory.store.counts()["observations"] == 1
 
 
 
 def test_a_write_during_the_answer_leaves_it_stale(world):
     memory, _ = world
-    search = memory.tools.semantic_search.__wrapped__  # the tool without its cache
+    tool = memory.tools.get("semantic_search")
+    bound = tool.signature.bind("red chair")
+    bound.apply_defaults()
 
-    def search_while_ingesting(query: str, n_results: int = 10):
-        answer = search(query, n_results)
+    def search_while_ingesting():
+        answer = tool.run(memory.tools.env, "red chair")  # the tool without its cache
         memory.add("red chair by the window", 4.0, 4.0, layer_name="detections", source_type="perception")
         memory.flush()  # lands after the answer was computed from older data
         return answer
 
-    wrapped = memory.tools.cache.wrap("semantic_search", search_while_ingesting, POLICIES["semantic_search"])
-    wrapped("red chair")
-    assert not cached(wrapped("red chair"))
+    memory.tools.cache.answer(tool, dict(bound.arguments), search_while_ingesting)
+    assert not cached(memory.tools.cache.answer(tool, dict(bound.arguments),
+                                                lambda: tool.run(memory.tools.env, "red chair")))

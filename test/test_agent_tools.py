@@ -37,9 +37,9 @@ def test_definitions_cover_the_service_fields(make_memory):
     assert definitions["find_experiences"]["parameters"]["properties"]["time_after"]["type"] == ["string", "number"]
     queries = [d["function"]["name"] for d in memory.get_tool_definitions(include_actions=False)]
     assert "find_experiences" in queries and "memory_stats" in queries and "record_experience" not in queries
-    for name, spec in AGENT_TOOLS.items():
-        assert len(spec["description"]) > 80
-        assert all(p.get("description") for p in spec["parameters"]["properties"].values()), name
+    for spec in AGENT_TOOLS:
+        assert len(spec.description) > 80
+        assert all(p.get("description") for p in spec.parameters["properties"].values()), spec.name
 
 
 def test_record_and_find_through_dispatch(make_memory, clock):
@@ -66,14 +66,14 @@ def test_record_and_find_through_dispatch(make_memory, clock):
     lines = found.splitlines()
     assert lines[0].startswith("1 experience for") and "door was locked" in lines[1]
     assert f"corrects {first_id}" in lines[1]  # the corrected record is hidden, the correction says so
-    typed = memory.tools.agent.find_experiences(query="battery", n_results=5)
+    typed = memory.tools.find_experiences(query="battery", n_results=5)
     assert typed.hits[0].experience.goal == "charge the battery" and typed.hits[0].score is not None
     records = json.loads(json.dumps(typed.to_dict()))
     assert set(records[0]) >= {"id", "goal", "action", "result", "reflection", "success", "tags", "metadata",
                                "stamp", "episode_id", "score"}
 
     def goals(args):
-        return [h.experience.goal for h in memory.tools.agent.find_experiences(**args).hits]
+        return [h.experience.goal for h in memory.tools.find_experiences(**args).hits]
 
     assert goals({"success": True}) == ["charge the battery"]
     assert goals({"success": False}) == ["fetch the red mug from the kitchen"]
@@ -141,7 +141,7 @@ def known_memory(make_memory, clock):
 
 def test_memory_stats_on_a_known_memory(make_memory, clock):
     memory = known_memory(make_memory, clock)
-    stats = memory.tools.agent.memory_stats(top_n=2, min_support=2)
+    stats = memory.tools.memory_stats(top_n=2, min_support=2)
     assert stats.counts["observations"] == 13 and stats.counts["texts"] == 7
     assert stats.tiers == {"short_term": 13}
     assert stats.layers == {"detections": {"observations": 8, "body": False},
@@ -160,7 +160,7 @@ def test_memory_stats_on_a_known_memory(make_memory, clock):
     assert stats.time_span == (T0, T0 + 33)
     text = memory.dispatch_tool_call("memory_stats", {"top_n": 2})
     assert '"red chair" + "coffee mug" ×3' in text and "success rate 0%" in text and "battery 4 (body)" in text
-    loose = memory.tools.agent.memory_stats(top_n=5, min_support=1)
+    loose = memory.tools.memory_stats(top_n=5, min_support=1)
     assert [(p.a, p.b) for p in loose.patterns] == [("red chair", "coffee mug"), ("red chair", "table")]
 
 

@@ -11,12 +11,7 @@ from pathlib import Path
 import pytest
 
 from emem_ros import Memory, MemoryConfig
-from emem_ros.agent.transfer import (
-    TransferError,
-    export_file,
-    export_memory,
-    import_file,
-)
+from emem_ros.agent.transfer import TransferError, export_file
 from emem_ros.cli.main import main
 from emem_ros.core.errors import EmbeddingMismatchError
 from emem_ros.embeddings import HashingEmbeddingProvider
@@ -148,7 +143,7 @@ def fresh_copy(folder: Path, name: str, export: Path, clock) -> tuple[Path, obje
     target = folder / name
     memory = memory_at(target, clock)
     try:
-        report = import_file(memory, export)
+        report = memory.import_from(export)
     finally:
         memory.close()
     return target, report
@@ -177,7 +172,7 @@ def test_importing_twice_adds_nothing(source):
     before = rows(copy)
     memory = memory_at(copy, clock)
     try:
-        report = import_file(memory, export)
+        report = memory.import_from(export)
     finally:
         memory.close()
     assert sum(report.added.values()) == 0 and sum(report.updated.values()) == 0
@@ -226,7 +221,7 @@ def test_partial_export_by_episode_keeps_its_subtasks(source):
     out = folder / "errand.jsonl.gz"
     memory = memory_at(folder / "source.db", clock)
     try:
-        export_memory(memory, out, episode_id="ep-4")
+        memory.export_to(out, episode_id="ep-4")
     finally:
         memory.close()
     copy, _ = fresh_copy(folder, "errand.db", out, clock)
@@ -253,14 +248,14 @@ def test_merging_into_a_memory_with_its_own_data(source, tmp_path):
         memory.add("red chair", 2.0, 3.0, timestamp=START + 5, layer_name="detections", source_type="perception")
         part = tmp_path / "part.jsonl"
         export_file(folder / "source.db", part, since=info["errand_start"])
-        first = import_file(memory, part)
+        first = memory.import_from(part)
         assert first.added["observations"] == 24
         assert any("abandoned" in n for n in first.notes)  # the foreign active episode does not capture ours
-        second = import_file(memory, export)  # overlaps the first import
+        second = memory.import_from(export)  # overlaps the first import
         source_counts = counts(folder / "source.db")
         assert second.added["observations"] == source_counts["observations"] - 24
         assert second.existing["observations"] == 24 and second.existing["experiences"] == 3
-        third = import_file(memory, export)
+        third = memory.import_from(export)
         assert sum(third.added.values()) == 0
         now = counts(target)
         assert now["observations"] == source_counts["observations"] + 2
@@ -280,7 +275,7 @@ def test_another_embedding_model_is_a_clear_error(source, tmp_path, clock):
                     embedding_provider=HashingEmbeddingProvider(dim=128), get_current_time=clock)
     try:
         with pytest.raises(EmbeddingMismatchError, match="hashing-384.*hashing-128"):
-            import_file(memory, export)
+            memory.import_from(export)
         assert memory.store.counts()["observations"] == 0
     finally:
         memory.close()
@@ -333,7 +328,7 @@ def test_a_damaged_file_is_refused_and_changes_nothing(source, tmp_path, kind, m
         memory.flush()
         before, seq = rows(target), memory.store.oplog.last_seq
         with pytest.raises(TransferError, match=message):
-            import_file(memory, bad)
+            memory.import_from(bad)
         assert rows(target) == before and memory.store.oplog.last_seq == seq
     finally:
         memory.close()

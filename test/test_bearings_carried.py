@@ -14,7 +14,6 @@ import sqlite3
 import numpy as np
 import pytest
 
-from emem_ros.agent.transfer import export_memory, import_file
 from emem_ros.storage.rebuild import rebuild_from_log
 from test.support.patrol import open_memory
 from test.test_tools_locate_evidence import seen_by_camera, walk
@@ -52,10 +51,10 @@ def check(memory):
 def test_export_and_import_carry_the_rays(tmp_path, clock):
     source = build(tmp_path / "a.db", clock)
     check(source)
-    export_memory(source, tmp_path / "a.jsonl.gz")
+    source.export_to(tmp_path / "a.jsonl.gz")
     source.close()
     target = open_memory(tmp_path / "b.db", clock)
-    import_file(target, tmp_path / "a.jsonl.gz")
+    target.import_from(tmp_path / "a.jsonl.gz")
     target.flush()
     assert rays(tmp_path / "b.db") == rays(tmp_path / "a.db") and all(r for _, r in rays(tmp_path / "b.db"))
     check(target)

@@ -14,7 +14,11 @@ import re
 import pytest
 
 from test.support.patrol import (
-    age_past_window, gist_rows, memory_adder, multi_room_patrol, open_memory,
+    age_past_window,
+    gist_rows,
+    memory_adder,
+    multi_room_patrol,
+    open_memory,
 )
 
 BODY = {"battery", "cpu_temp"}

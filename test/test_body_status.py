@@ -284,11 +284,10 @@ def test_bad_thresholds_in_direct_calls_are_refused_in_words(world, value):
 
 
 def test_the_schema_lists_the_new_parameters_after_layers():
-    from emem_ros.tools.schemas import TOOLS
+    from emem_ros.tools.specs import TOOLS
 
-    spec = TOOLS["body_status"]
-    assert list(spec["parameters"]["properties"]) == [
-        "layers", "at_time", "below", "above", "time_after", "time_before", "n_results"]
-    assert spec["parameters"]["required"] == [] and set(spec["time"]) == {"at_time", "time_after", "time_before"}
-    assert "below=30" in spec["description"]
+    spec = next(t for t in TOOLS if t.name == "body_status")
+    assert list(spec.properties) == ["layers", "at_time", "below", "above", "time_after", "time_before", "n_results"]
+    assert spec.required == [] and set(spec.time_params) == {"at_time", "time_after", "time_before"}
+    assert "below=30" in spec.description
 

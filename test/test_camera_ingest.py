@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("rosbags.typesys")
 
-from emem_ros.geometry.rays import Ray  # noqa: E402
-from emem_ros.ros.camera import intrinsics_from_camera_info  # noqa: E402
-from emem_ros.ros.params import ParamError, parse_params  # noqa: E402
-from emem_ros.ros.pipeline import IngestPipeline  # noqa: E402
-from test.support import ros_messages as messages  # noqa: E402
-from test.support.patrol import open_memory  # noqa: E402
-from test.support.ros_messages import InterfaceFactory  # noqa: E402
+from emem_ros.geometry.rays import Ray
+from emem_ros.ros.camera import intrinsics_from_camera_info
+from emem_ros.ros.params import ParamError, parse_params
+from emem_ros.ros.pipeline import IngestPipeline
+from test.support import ros_messages as messages
+from test.support.patrol import open_memory
+from test.support.ros_messages import InterfaceFactory
 
 MAKE = InterfaceFactory()
 T0 = 1_741_000_000.0

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("ollama")
 
-from emem_ros.consolidation.llm import OllamaLLMClient  # noqa: E402
-from test.support.fake_ollama import FakeOllama, default_responder, wait_until  # noqa: E402
-from test.support.patrol import age_past_window, gist_rows, open_memory, patrol_into  # noqa: E402
+from emem_ros.consolidation.llm import OllamaLLMClient
+from test.support.fake_ollama import FakeOllama, default_responder, wait_until
+from test.support.patrol import age_past_window, gist_rows, open_memory, patrol_into
 
 
 def responder(prompt: str) -> str:

@@ -18,6 +18,7 @@ from emem_ros.core.errors import EmbeddingMismatchError, StoreError
 from emem_ros.embeddings import HashingEmbeddingProvider
 from test.support.streams import answers, patrol
 
+
 def open_memory(path: Path, **overrides) -> Memory:
     settings = {"flush_interval": 0.0, "index_save_interval": 0.0}
     settings.update(overrides)

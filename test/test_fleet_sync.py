@@ -211,11 +211,10 @@ def test_records_already_applied_are_never_applied_again(tmp_path, clock, fleet)
     sync._after = 0
     assert sync.run().records == 0
     sync.close()
-    from emem_ros.fleet.apply import FleetWriter
+    from emem_ros.fleet.apply import FleetWriter, VectorCodec
     from emem_ros.fleet.local import LocalMemory
     from emem_ros.fleet.schema import open_fleet
     from emem_ros.fleet.translate import InsertRows, Translator, TranslatorState
-    from emem_ros.fleet.apply import VectorCodec
 
     # And the keyed inserts alone, replayed past the cursor, add no row either.
     local = LocalMemory(path)

@@ -13,8 +13,17 @@ import math
 import pytest
 
 from emem_ros.fleet.transform import RigidTransform, parse_transform
-from emem_ros.fleet.translate import (ExperiencesByID, InsertRows, LogGapInRecord, ModelChangeInLog, TextEmbedding,
-                                      Translator, TranslatorState, UnsupportedStatement, UpdateSQL)
+from emem_ros.fleet.translate import (
+    ExperiencesByID,
+    InsertRows,
+    LogGapInRecord,
+    ModelChangeInLog,
+    TextEmbedding,
+    Translator,
+    TranslatorState,
+    UnsupportedStatement,
+    UpdateSQL,
+)
 from emem_ros.storage.oplog import OpLog
 from test.support.fleet import robot_workload
 from test.support.patrol import open_memory
@@ -40,14 +49,13 @@ def test_every_statement_a_memory_writes_translates(tmp_path, clock):
     assert memory.archive().observations > 0
     memory.close()
     from emem_ros.agent.transfer_export import export_file  # an import writes its own statements
-    from emem_ros.agent.transfer_import import import_file
 
     source = open_memory(tmp_path / "src.db", clock)
     robot_workload(source, clock, n=200, seed=3)
     source.close()
     export_file(tmp_path / "src.db", tmp_path / "src.jsonl.gz")
     other = open_memory(tmp_path / "other.db", clock)
-    import_file(other, tmp_path / "src.jsonl.gz")
+    other.import_from(tmp_path / "src.jsonl.gz")
     other.close()
     for db_path in (path, tmp_path / "other.db"):
         state = _state()

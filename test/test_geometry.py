@@ -133,7 +133,10 @@ def test_one_poses_rays_give_a_direction_and_range_whose_circle_holds_the_wedge(
 
 
 # ---------------------------------------------------------------------- triangulation
-def rays_at(target, poses, rng, sigma=math.radians(1.0), true_noise=None, outliers=0.0, view=6.0, key=0):
+ONE_DEGREE = math.radians(1.0)
+
+
+def rays_at(target, poses, rng, sigma=ONE_DEGREE, true_noise=None, outliers=0.0, view=6.0, key=0):
     rows = []
     for i, (x, y) in enumerate(poses):
         az = math.atan2(target[1] - y, target[0] - x) + rng.normal(0.0, true_noise or sigma)

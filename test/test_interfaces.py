@@ -431,14 +431,30 @@ def test_entry_script_is_executable_and_calls_the_node_main() -> None:
     assert calls(tree, "main")
 
 
-# ---------------------------------------------------------------------- the core exposes no tool without a service
-def test_every_core_tool_has_a_service_with_the_same_parameters() -> None:
-    schemas = pytest.importorskip("emem_ros.tools.schemas")
-    core = {**schemas.TOOLS, **schemas.ACTIONS}
-    assert set(TOOLS) <= set(schemas.TOOLS) and set(ACTIONS) <= set(schemas.ACTIONS)
-    for name, spec in core.items():
-        assert name in ALL_SERVICES, f"core tool {name!r} has no .srv"
-        # JSON objects travel as strings in ROS: `metadata` becomes `metadata_json`.
-        params = tuple(p + "_json" if spec["parameters"]["properties"][p].get("type") == "object" else p
-                       for p in spec["parameters"]["properties"])
-        assert params == ALL_SERVICES[name], f"{name}: core {params} vs srv {ALL_SERVICES[name]}"
+# ---------------------------------------------------------------------- the declarations and the .srv files agree
+JSON_TO_ROS = {"string": {"string"}, "number": {"float64"}, "integer": {"uint32"}, "boolean": {"int8", "bool"},
+               "array": {"string[]"}, "object": {"string"}}
+
+
+def test_every_declared_tool_with_a_service_matches_its_srv(typestore) -> None:
+    """A ToolDef and its .srv cannot drift: same parameters in the same order, compatible types."""
+    from emem_ros.agent.tools import AGENT_TOOLS
+    from emem_ros.tools.specs import TOOL_SPECS
+
+    declared = [t for t in (*TOOL_SPECS, *AGENT_TOOLS) if t.srv]
+    assert {t.srv for t in declared} | {"CallTool"} == {p.stem for p in (ROOT / "srv").glob("*.srv")}
+    for tool in declared:
+        assert tool.srv == srv_name(tool.name), tool.name
+        assert set(tool.srv_omits) <= set(tool.properties), f"{tool.name}: srv_omits names unknown parameters"
+        request, _ = parts_of(tool.srv)
+        got = fields(typestore, request)
+        expected = [name + "_json" if schema.get("type") == "object" else name
+                    for name, schema in tool.properties.items() if name not in tool.srv_omits]
+        assert list(got) == expected, f"{tool.name}: declared {expected} vs {tool.srv}.srv {list(got)}"
+        for name, schema in tool.properties.items():
+            if name in tool.srv_omits:
+                continue
+            kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            field = name + "_json" if kinds == ["object"] else name
+            allowed = set().union(*(JSON_TO_ROS[k] for k in kinds)) if "string" not in kinds else {"string"}
+            assert got[field] in allowed, f"{tool.name}.{name}: {kinds} cannot travel as {got[field]}"

@@ -36,7 +36,7 @@ def test_content_ids_are_stable_across_processes(make_memory):
     memory = make_memory()
     here = fetch_mug(memory, tags=["kitchen", "fetch"])  # tag order does not matter
     code = (
-        "from emem_ros.agent.ledger import content_id\n"
+        "from emem_ros.agent.content_ids import content_id\n"
         "print(content_id({'goal': 'fetch the red mug from the kitchen', 'action': 'drove to kitchen, grasped mug',"
         " 'result': 'door was closed, pushed it open', 'reflection': 'kitchen door is often closed',"
         " 'success': True, 'tags': ['fetch', 'kitchen'], 'metadata': {}, 'stamp': 1000.0,"

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from emem_ros.agent.ledger import _record_content, canonical_content
+from emem_ros.agent.content_ids import canonical_content
+from emem_ros.agent.content_ids import record_content as _record_content
 
 ROOT = Path(__file__).resolve().parents[1]
 

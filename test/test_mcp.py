@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from emem_ros import Memory, MemoryConfig  # noqa: E402
-from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
-from emem_ros.tools.schemas import ACTIONS, TOOLS  # noqa: E402
+from emem_ros import Memory, MemoryConfig
+from emem_ros.embeddings import HashingEmbeddingProvider
+from emem_ros.tools.specs import ACTIONS, TOOLS
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 30.0
@@ -70,7 +70,7 @@ def test_mcp_client_lists_every_tool_and_calls_them(small_memory):
 
     listed, stored, found, bad, unknown = run_session(db, script)
     served = {tool.name: tool for tool in listed.tools}
-    assert set(TOOLS) | set(ACTIONS) <= set(served)  # all ten tools and the write actions
+    assert {t.name for t in TOOLS + ACTIONS} <= set(served)  # all ten tools and the write actions
     assert set(served) == registered  # exactly the registry: nothing hard-coded, nothing missing
     assert served["semantic_search"].input_schema["properties"]["query"]["type"] == "string"
     assert "query" in served["semantic_search"].input_schema.get("required", [])

@@ -132,7 +132,7 @@ def test_provider_error_names_host_on_a_closed_port():
     provider = OllamaEmbeddingProvider("fake-embed", host=host, timeout=2)
     started = time.monotonic()
     with pytest.raises(EmemError, match="cannot connect") as caught:
-        provider.dim
+        _ = provider.dim
     assert host in str(caught.value) and "fake-embed" in str(caught.value)
     assert time.monotonic() - started < 2
 

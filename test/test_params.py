@@ -12,8 +12,15 @@ import yaml
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.ros.params import (
-    LayerSpec, NodeParams, ParamError, declarations, layer_declarations, layer_param_applies, load_params_yaml,
-    normalize_msg_type, parse_params,
+    LayerSpec,
+    NodeParams,
+    ParamError,
+    declarations,
+    layer_declarations,
+    layer_param_applies,
+    load_params_yaml,
+    normalize_msg_type,
+    parse_params,
 )
 
 CONFIG = Path(__file__).resolve().parent.parent / "config" / "memory.yaml"
@@ -204,7 +211,7 @@ def test_bundled_config_documents_every_parameter():
     for field in fields(MemoryConfig):
         if field.name != "embedding_model":  # set through embedding.model
             assert field.name in flat, f"config/memory.yaml lacks MemoryConfig.{field.name}"
-    for name, default, type_name, _ in declarations():
+    for name, _default, _type_name, _ in declarations():
         assert name in flat, f"config/memory.yaml lacks {name}"
     for layer in flat["layer_names"]:
         msg_type = flat[f"layers.{layer}.msg_type"]

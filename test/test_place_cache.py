@@ -108,8 +108,8 @@ def test_a_mirror_behind_its_change_log_or_too_big_still_answers_right(tmp_path,
     store.place_cache.changes._capacity = 5  # forget all but the last few changed cells
     _patrol(memory, clock, 800, seed=6)
     _assert_mirror_matches_sql(memory, seed=5)
-    store.place_cache = small = PlaceCache(store, max_rows=10)
-    store.place_cache.changes = small.changes
+    store.place_cache = small = PlaceCache(store.reader, store.cell_size, max_rows=10)
+    store.commits.subscribe(small.on_commit)
     _assert_mirror_matches_sql(memory, seed=6)
     assert not small.enabled  # answered by SQLite
     memory.close()

@@ -51,6 +51,18 @@ def test_every_service_and_cli_command_is_documented():
 
     for spec in SERVICES:
         assert f"/memory/{spec.name} " in README, spec.name
-    commands = build_parser()._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse has no public accessor
+    commands = build_parser()._subparsers._group_actions[0].choices
     for command in commands:
         assert f"emem {command} " in README, command
+
+
+def test_the_service_table_is_the_declared_services():
+    """One row per service, named and typed as the tool declarations say (no row missing, none extra)."""
+    from emem_ros.ros.services import SERVICES
+
+    rows = re.findall(r"^\| `([a-z_]+)` \| `([A-Za-z]+)` \| `ros2 service call /memory/([a-z_]+) emem_ros/srv/([A-Za-z]+) ",
+                      README, re.M)
+    assert rows, "the README's service table was not found"
+    assert sorted((name, srv) for name, srv, _, _ in rows) == sorted((s.name, s.srv_name) for s in SERVICES)
+    for name, srv, called, called_srv in rows:
+        assert (called, called_srv) == (name, srv), f"the example of {name} calls {called} ({called_srv})"

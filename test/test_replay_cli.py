@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("rosbags")
 
-from emem_ros.cli.main import main  # noqa: E402
-from emem_ros.cli.query import parse_arguments, parse_value  # noqa: E402
-from emem_ros.cli.replay import find_params  # noqa: E402
-from emem_ros.core.errors import InvalidInputError  # noqa: E402
-from emem_ros.replay.progress import LineProgress, NoProgress, make_progress  # noqa: E402
-from test.support.bags import BAGS, REPO, BagBuilder  # noqa: E402
+from emem_ros.cli.main import main
+from emem_ros.cli.query import parse_arguments, parse_value
+from emem_ros.cli.replay import find_params
+from emem_ros.core.errors import InvalidInputError
+from emem_ros.replay.progress import LineProgress, NoProgress, make_progress
+from test.support.bags import BAGS, REPO, BagBuilder
 
 TRUTH = json.loads((BAGS / "ground_truth.json").read_text(encoding="utf-8"))
 RED_MUG = next(o for o in TRUTH["objects"] if o["name"] == "red mug")

@@ -17,12 +17,12 @@ import pytest
 
 pytest.importorskip("rosbags")
 
-from rosbags.highlevel import AnyReader  # noqa: E402
+from rosbags.highlevel import AnyReader
 
-from emem_ros.cli.common import open_memory  # noqa: E402
-from emem_ros.replay import ReplayOptions, replay_bag  # noqa: E402
-from emem_ros.ros.params import load_params_yaml  # noqa: E402
-from test.support.bags import BAGS, REPO  # noqa: E402
+from emem_ros.cli.common import open_memory
+from emem_ros.replay import ReplayOptions, replay_bag
+from emem_ros.ros.params import load_params_yaml
+from test.support.bags import BAGS, REPO
 
 TRUTH = json.loads((BAGS / "ground_truth.json").read_text(encoding="utf-8"))
 PARAMS = REPO / "config" / "memory.yaml"

@@ -16,15 +16,15 @@ import pytest
 
 pytest.importorskip("rosbags")
 
-from emem_ros.core.config import MemoryConfig  # noqa: E402
-from emem_ros.core.errors import EmemError  # noqa: E402
-from emem_ros.ingest.drafts import ObservationDraft  # noqa: E402
-from emem_ros.replay import BagError, ReplayError, ReplayOptions, load_typestore, replay_bag  # noqa: E402
-from emem_ros.replay.bagreader import BagReader  # noqa: E402
-from emem_ros.replay.runner import resolve_distro  # noqa: E402
-from emem_ros.ros.intake import IntakeConfig  # noqa: E402
-from emem_ros.ros.params import LayerSpec, NodeParams  # noqa: E402
-from test.support.bags import START, BagBuilder  # noqa: E402
+from emem_ros.core.config import MemoryConfig
+from emem_ros.core.errors import EmemError
+from emem_ros.ingest.drafts import ObservationDraft
+from emem_ros.replay import BagError, ReplayError, ReplayOptions, load_typestore, replay_bag
+from emem_ros.replay.bagreader import BagReader
+from emem_ros.replay.runner import resolve_distro
+from emem_ros.ros.intake import IntakeConfig
+from emem_ros.ros.params import LayerSpec, NodeParams
+from test.support.bags import START, BagBuilder
 
 WIDGET_MSG = "string label\nfloat64 weight\n"
 
@@ -119,7 +119,7 @@ def test_a_custom_type_is_decoded_with_the_bags_own_definition(tmp_path):
 
 def test_a_definition_that_differs_from_the_typestore_wins_when_the_bag_has_it(tmp_path):
     """A recorder's String with an extra field and its own type hash: decoded with the bag's definition."""
-    from rosbags.typesys import get_types_from_msg, get_typestore, Stores
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
     theirs = get_typestore(Stores.EMPTY)
     theirs.register(get_types_from_msg("string data\nint32 channel\n", "std_msgs/msg/String"))

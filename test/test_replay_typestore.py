@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("rosbags")
 
-from emem_ros.core.errors import InvalidInputError  # noqa: E402
-from emem_ros.replay.typestore import VISION_MSGS_DIR, load_typestore, own_msg_dir  # noqa: E402
+from emem_ros.core.errors import InvalidInputError
+from emem_ros.replay.typestore import VISION_MSGS_DIR, load_typestore, own_msg_dir
 
 UPSTREAM_RIHS01 = {
     "Detection2D": "0d12b69df5c593b3455b7346fac8205437a7d4bcb09b9e0e0b2dde787ded38ea",

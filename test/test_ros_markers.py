@@ -8,13 +8,20 @@ import pytest
 
 pytest.importorskip("rosbags.typesys")
 
-from emem_ros.core.types import Entity, Gist  # noqa: E402
-from emem_ros.ros import markers  # noqa: E402
-from emem_ros.ros.markers import (  # noqa: E402
-    CYLINDER, DELETEALL, MIN_GIST_DIAMETER, SPHERE, TEXT_VIEW_FACING, marker_specs, specs_for, to_marker_array,
+from emem_ros.core.types import Entity, Gist
+from emem_ros.ros import markers
+from emem_ros.ros.markers import (
+    CYLINDER,
+    DELETEALL,
+    MIN_GIST_DIAMETER,
+    SPHERE,
+    TEXT_VIEW_FACING,
+    marker_specs,
+    specs_for,
+    to_marker_array,
 )
-from test.support.ros_messages import InterfaceFactory  # noqa: E402
-from test.support.scene import START, add_entity, add_gist  # noqa: E402
+from test.support.ros_messages import InterfaceFactory
+from test.support.scene import START, add_entity, add_gist
 
 
 def entity(number: int, name: str, position, entity_type="furniture") -> Entity:

@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("rosbags.typesys")
 
-from emem_ros.ros.params import declarations  # noqa: E402
-from emem_ros.ros.services import SERVICES  # noqa: E402
-from test.support import fake_rclpy  # noqa: E402
-from test.support import ros_messages as messages  # noqa: E402
-from test.support.fake_rclpy import Parameter, TransitionCallbackReturn  # noqa: E402
-from test.support.ros_messages import InterfaceFactory  # noqa: E402
+from emem_ros.ros.params import declarations
+from emem_ros.ros.services import SERVICES
+from test.support import fake_rclpy
+from test.support import ros_messages as messages
+from test.support.fake_rclpy import Parameter, TransitionCallbackReturn
+from test.support.ros_messages import InterfaceFactory
 
 MAKE = InterfaceFactory()
 START = fake_rclpy.LifecycleNode.clock_seconds[0]

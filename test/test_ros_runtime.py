@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("rosbags.typesys")
 
-from emem_ros.ros.msgtypes import MessageTypeError  # noqa: E402
-from emem_ros.ros.runtime import ConfigureError, MemoryRuntime  # noqa: E402
-from test.conftest import FakeClock  # noqa: E402
-from test.support import ros_messages as messages  # noqa: E402
-from test.support.ros_messages import InterfaceFactory  # noqa: E402
-from test.support.scene import START, add_entity, add_gist  # noqa: E402
+from emem_ros.ros.msgtypes import MessageTypeError
+from emem_ros.ros.runtime import ConfigureError, MemoryRuntime
+from test.conftest import FakeClock
+from test.support import ros_messages as messages
+from test.support.ros_messages import InterfaceFactory
+from test.support.scene import START, add_entity, add_gist
 
 MAKE = InterfaceFactory()
 
@@ -114,6 +114,18 @@ def test_messages_are_stored_where_the_robot_was(runtime, clock, tmp_path):
     assert waving.stamp == pytest.approx(START + 10.2) and waving.position == pytest.approx((10.0, 0.0, 0.0))
     counts = runtime.pipeline.counts()
     assert (counts["scene"].observations, counts["detections"].observations) == (1, 1)
+
+
+def test_current_context_reports_the_live_odometry_pose(runtime, clock, tmp_path):
+    runtime.configure(flat_params(tmp_path / "m.db"))
+    runtime.on_message("detections", detections(START, "red mug"))  # seen with no pose yet: no position
+    for i in range(4):
+        runtime.on_odometry(odometry(START + i, 2.0 + i, 3.0))
+    clock.now = START + 3.2
+    context = runtime.memory.tools.get_current_context()
+    assert context.position == pytest.approx((5.0, 3.0, 0.0)) and context.position_source == "odometry"
+    clock.now = START + 60.0  # odometry went quiet: the last pose is no longer where the robot is
+    assert runtime.memory.tools.get_current_context().position_source != "odometry"
 
 
 def test_malformed_messages_and_unknown_layers_never_raise(runtime, tmp_path):

@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("rosbags.typesys")
 
-from emem_ros.ros import services  # noqa: E402
-from emem_ros.ros.services import SERVICES, SERVICES_BY_NAME, handle, to_jsonable  # noqa: E402
-from test.support.ros_messages import InterfaceFactory  # noqa: E402
-from test.support.scene import OBJECTS, START, add_entity, add_gist, scene_memory  # noqa: E402
+from emem_ros.ros import services
+from emem_ros.ros.services import SERVICES, SERVICES_BY_NAME, handle, to_jsonable
+from test.support.ros_messages import InterfaceFactory
+from test.support.scene import OBJECTS, START, add_entity, add_gist, scene_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = math.nan
@@ -79,8 +79,10 @@ def test_one_service_per_srv_file_and_registered_tool(world):
         assert spec.srv_type == f"emem_ros/srv/{spec.srv_name}"
         if spec.name != "call_tool":
             assert spec.tool == spec.name and spec.tool in registered, spec.name
-    via_registry = {s.name for s in SERVICES if s.via_registry}
-    assert via_registry == {"record_experience", "find_experiences", "memory_stats", "call_tool"}
+    declared = world.memory.tools.declared
+    for spec in SERVICES:  # derived from the declarations: each names the .srv of its service
+        if spec.name != "call_tool":
+            assert declared[spec.tool].srv == spec.srv_name, spec.name
 
 
 # ---------------------------------------------------------------------- semantic_search
@@ -377,7 +379,7 @@ def test_handler_never_raises(world, make, monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(world.memory.tools, "semantic_search", explode)
+    monkeypatch.setattr(world.memory.tools, "call", explode)
     res = handle(world.memory, "semantic_search", make.request(srv, query="x"), make.response(srv), make)
     assert not res.success and "failed unexpectedly" in res.message and "disk on fire" in res.message
 

@@ -48,9 +48,9 @@ def test_catalog_sees_rows_written_out_of_id_order(make_memory, clock):
     def row(obs_id, text):
         return NewObservation(obs_id, text, clock.now, "detections", "perception", (2.0, 2.0, 0.0), "map")
 
-    memory.store.write_observations([row(second, "lamp")], memory._embed_texts)
+    memory.store.write_observations([row(second, "lamp")], memory.engine.embed_texts)
     assert "lamp" in memory.semantic_search("lamp")
-    memory.store.write_observations([row(first, "vase")], memory._embed_texts)
+    memory.store.write_observations([row(first, "vase")], memory.engine.embed_texts)
     assert '"vase"' in memory.semantic_search("vase")
 
 
@@ -61,7 +61,7 @@ def test_catalog_rebuilds_after_invalidate(make_memory):
     assert "×3" in memory.semantic_search("chair")
     with memory.store.write() as conn:
         conn.execute("UPDATE observations SET tier='archived', text_id=NULL WHERE id IN (1, 2)")
-    memory.tools.invalidate_caches()
+        memory.store.announce(reshaped=True)  # what archival says: the per-text catalog rebuilds
     result = memory.tools.semantic_search("chair")
     assert result.hits[0].count == 1
 

@@ -78,7 +78,7 @@ class _FakeOllama(BaseHTTPRequestHandler):
     replies: list = []
     seen: list = []
 
-    def do_POST(self):  # noqa: N802 (http.server naming)
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).seen.append((self.path, body))
         reply = {"model": body["model"], "created_at": "2025-11-22T10:00:00Z", "done": True,

@@ -180,17 +180,17 @@ def test_current_context_from_the_last_pose(world):
 def test_current_context_uses_the_live_position(world):
     memory, _, _ = world
     try:
-        memory.current_position = (2.5, 3.0, 0.0)
+        memory.set_live_pose(lambda: (2.5, 3.0, 0.0))
         context = memory.tools.get_current_context(radius=1.0)
         assert context.position == (2.5, 3.0, 0.0) and context.position_source == "odometry"
         assert {"red chair", "blue table", "coffee mug"} <= {h.text for h in context.nearby}
         assert [h.text for h in context.entities] == ["red chair"]
-        memory.current_position = lambda: [13.0, 3.0]
+        memory.set_live_pose(lambda: [13.0, 3.0])
         context = memory.tools.get_current_context(radius=2.5)
         assert context.position == (13.0, 3.0, 0.0)
         assert "green sofa" in {h.text for h in context.nearby}
     finally:
-        del memory.current_position
+        memory.set_live_pose(None)
 
 
 def test_current_context_of_an_empty_memory(make_memory):

@@ -83,7 +83,7 @@ def test_archived_windows_fall_back_to_summaries(make_memory, clock):
                     observation_ids=[int(i.split("-")[1]) for i in ids])
     with memory.store.write() as conn:  # what archival does: the raw rows lose their text
         conn.execute("UPDATE observations SET tier='archived', text_id=NULL WHERE gist_id=?", (gist,))
-    memory.tools.invalidate_caches()
+        memory.store.announce(reshaped=True)  # what archival says: per-text views rebuild
     clock.now = t + 4000
     window = memory.tools.temporal_query(time_after=t - 1, time_before=t + 100)
     assert [h.kind for h in window.hits] == ["gist"] and window.hits[0].id == f"gist-{gist}"

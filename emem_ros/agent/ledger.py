@@ -10,28 +10,30 @@ background embedder, so recording costs one small transaction.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
+import sqlite3
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.agent.content_ids import canonical_content, record_content, sha256_hex
 from emem_ros.core.errors import InvalidInputError, UnknownNodeError
 from emem_ros.core.periodic import PeriodicThread
 from emem_ros.core.types import NodeKind, Position, finite_position, make_id
 from emem_ros.storage import codec
+from emem_ros.storage.sqlutil import chunked, marks
+from emem_ros.tools.hybrid import KeywordIndex, rrf
 
 if TYPE_CHECKING:
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
 MAX_FIELD = 8192
-RRF_K = 60
 APPLY_BATCH = 512
 """Logged records applied to SQLite together (sooner if anything reads or writes)."""
 
@@ -73,88 +75,9 @@ class Experience:
     position: Optional[Position] = None
     supersedes: Optional[str] = None
 
-    def line(self) -> str:
-        outcome = {True: "succeeded", False: "failed", None: "outcome unknown"}[self.success]
-        parts = [f"[{self.id[:12]}] goal: {self.goal}"]
-        if self.action:
-            parts.append(f"did: {self.action}")
-        if self.result:
-            parts.append(f"result: {self.result}")
-        parts.append(outcome)
-        if self.reflection:
-            parts.append(f"learned: {self.reflection}")
-        if self.supersedes:
-            parts.append(f"(corrects {self.supersedes[:12]})")
-        return "; ".join(parts)
 
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def canonical_content(fields: dict[str, Any]) -> str:
-    """The exact bytes the id is computed from: sorted keys, no whitespace."""
-    return _CANONICAL.encode(fields)
-
-
-def _fast_canonical_encoder():
-    """``canonical_content`` without building a C encoder per call (a third of a record's cost).
-
-    Skips the circular-reference check, so only for values already checked by
-    ``canonical_content``. Falls back to it wherever the interpreter's encoder differs.
-    """
-    maker = getattr(json.encoder, "c_make_encoder", None)
-    if maker is None:
-        return canonical_content
-    try:
-        encoder = maker(None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
-    except TypeError:
-        return canonical_content
-
-    def encode(value: Any) -> str:
-        return "".join(encoder(value, 0))
-
-    sample = {"b": [1, 2.5, None, True], "a": "ünï \"q\"", "c": {"z": 1, "y": {}}}
-    try:
-        if encode(sample) == canonical_content(sample):
-            return encode
-    except Exception:  # any surprise: the plain path
-        pass
-    return canonical_content
-
-
-_canonical_checked = _fast_canonical_encoder()
-_quote = json.encoder.encode_basestring  # what the encoder uses for strings (ensure_ascii=False)
-_float_text = float.__repr__  # what it uses for floats
-
-
-def _record_content(fields: dict[str, Any]) -> str:
-    """``canonical_content(fields)`` for a record's fields, built directly (the hot path).
-
-    Byte-identical to the JSON encoder's output (keys in sorted order, same
-    escapes, same float text); test_ledger_fastpath checks it on many records.
-    Anything unusual takes the encoder.
-    """
-    stamp, metadata, position = fields["stamp"], fields["metadata"], fields["position"]
-    episode, supersedes, success = fields["episode"], fields["supersedes"], fields["success"]
-    if type(stamp) is not float or metadata or position is not None:
-        return _canonical_checked(fields)
-    return "".join((
-        '{"action":', _quote(fields["action"]),
-        ',"episode":', "null" if episode is None else _quote(episode),
-        ',"goal":', _quote(fields["goal"]),
-        ',"metadata":{},"position":null,"reflection":', _quote(fields["reflection"]),
-        ',"result":', _quote(fields["result"]),
-        ',"stamp":', _float_text(stamp),
-        ',"success":', "null" if success is None else ("true" if success else "false"),
-        ',"supersedes":', "null" if supersedes is None else _quote(supersedes),
-        ',"tags":[', ",".join(map(_quote, fields["tags"])), "]}",
-    ))
-
-
-def content_id(fields: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_content(fields).encode("utf-8")).hexdigest()
-
-
+_KEYWORDS = KeywordIndex("experiences_fts")
+"""The keyword lane of ``find``: the same BM25 planning as the tools' (``tools/hybrid.py``)."""
 _COLUMNS = "n, id, goal, action, result, reflection, success, tags, metadata, stamp, episode_id, x, y, z, supersedes"
 
 
@@ -171,9 +94,9 @@ def _from_row(row: Sequence[Any]) -> Experience:
 
 
 class ExperienceLedger:
-    def __init__(self, memory: "Memory", embed_interval: float = 0.5) -> None:
-        self._memory = memory
-        self._store = memory.store
+    def __init__(self, engine: "Engine", embed_interval: float = 0.5) -> None:
+        self._engine = engine
+        self._store = engine.store
         self._embed_lock = threading.Lock()
         self._embedder: Optional[PeriodicThread] = None
         self._unembedded = 1  # unknown at open: the first search or background pass looks
@@ -218,14 +141,14 @@ class ExperienceLedger:
             "success": _success(success),
             "tags": _tags(tags),
             "metadata": _metadata(metadata),
-            "stamp": _stamp(timestamp, self._memory.now() if timestamp is None else 0.0),
+            "stamp": _stamp(timestamp, self._engine.now() if timestamp is None else 0.0),
             "episode": (self._episode(episode_id) if episode_id
-                        else self._memory.active_episode_id if self._memory._episodes else None),
-            "position": list(finite_position(x, y, z)) if x is not None or y is not None else None,
+                        else self._engine.active_episode_id),
+            "position": _position_list(x, y, z),
             "supersedes": self._existing(supersedes) if supersedes else None,
         }
-        content = _record_content(fields)  # metadata was checked by _metadata above
-        record_id = hashlib.sha256(content.encode("utf-8")).hexdigest()
+        content = record_content(fields)  # metadata was checked by _metadata above
+        record_id = sha256_hex(content)
         # Log-first: durable in the operation log when this returns; SQLite applies
         # it with the next write or read (see MemoryStore.write_deferred).
         waiting = self._store.write_deferred([(_INSERT_SQL, [record_id, content], False),
@@ -240,7 +163,7 @@ class ExperienceLedger:
     def correct(self, record_id: str, **changes: Any) -> str:
         """A new record that supersedes ``record_id``, with the given fields changed."""
         old = self.get(record_id)
-        values = {
+        values: dict[str, Any] = {
             "goal": old.goal, "action": old.action, "result": old.result, "reflection": old.reflection,
             "success": old.success, "tags": old.tags, "metadata": old.metadata, "episode_id": old.episode_id,
         }
@@ -268,7 +191,7 @@ class ExperienceLedger:
                     self._embedded_upto = after
                     return done
                 after = rows[-1][0]
-                vectors = self._memory._embed_texts([r[1] for r in rows])
+                vectors = self._engine.embed_texts([r[1] for r in rows])
                 with self._store.write() as conn:
                     conn.executemany("UPDATE experiences SET embedding=? WHERE n=?",
                                      [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, rows)])
@@ -300,14 +223,14 @@ class ExperienceLedger:
     ) -> list[tuple[Experience, float]]:
         """Filter in SQL, then rank by meaning (vector + keyword, fused) if a query is given."""
         self._store.apply_deferred()
-        where, params = ["1"], []
+        where, params = ["1"], list[object]()
         if success is not None:
             where.append("e.success = ?")
-            params.append(int(_success(success)))
+            params.append(int(bool(_success(success))))
         for tag in _tag_list(tags):
             where.append("EXISTS (SELECT 1 FROM json_each(e.tags) WHERE json_each.value = ?)")
             params.append(_tag(tag))
-        after, before = self._memory.resolve_time(time_after), self._memory.resolve_time(time_before)
+        after, before = self._engine.resolve_time(time_after), self._engine.resolve_time(time_before)
         if after is not None:
             where.append("e.stamp >= ?")
             params.append(after)
@@ -316,9 +239,10 @@ class ExperienceLedger:
             params.append(before)
         if episode_id:
             where.append("e.episode_id = ?")
-            params.append(int(self._episode(episode_id).split("-")[1]))
+            params.append(int(str(self._episode(episode_id)).split("-")[1]))
         if near_x is not None or near_y is not None:
             center = finite_position(near_x, near_y, 0.0)
+            assert center is not None  # near_x or near_y given: finite_position raises unless both are
             r = float(radius if radius is not None else 5.0)
             where.append("e.x BETWEEN ? AND ? AND e.y BETWEEN ? AND ?"
                          " AND (e.x - ?) * (e.x - ?) + (e.y - ?) * (e.y - ?) <= ?")
@@ -349,7 +273,7 @@ class ExperienceLedger:
         conn = self._store.reader()
         if self._unembedded:
             self.embed_pending()  # what was just recorded is found by meaning too
-        vector = self._memory.embed_query(query)
+        vector = self._engine.embed_query(query)
         index = self._store.vectors["experiences"]
         if filtered:
             allowed = np.array([r[0] for r in conn.execute(
@@ -369,25 +293,16 @@ class ExperienceLedger:
             labels, sims = index.search(vector, n * 4)
             keep = _satisfying(conn, labels.tolist(), condition, params)
             vector_hits = [(label, sim) for label, sim in zip(labels.tolist(), sims.tolist()) if label in keep]
-        ranks: dict[int, float] = {}
-        floor = self._memory.config.similarity_floor
-        for rank, (label, sim) in enumerate(h for h in vector_hits if h[1] >= floor):
-            ranks[label] = ranks.get(label, 0.0) + 1.0 / (RRF_K + rank + 1)
-        match = _rare_words_query(conn, query)
-        if match:
-            keyword = conn.execute(
-                f"SELECT e.n FROM experiences_fts f JOIN experiences e ON e.n = f.rowid"
-                f" WHERE experiences_fts MATCH ? AND {condition} ORDER BY bm25(experiences_fts) LIMIT ?",
-                (match, *params, n * 4)).fetchall()
-            for rank, (label,) in enumerate(keyword):
-                ranks[label] = ranks.get(label, 0.0) + 1.0 / (RRF_K + rank + 1)
-        best = sorted(ranks.items(), key=lambda item: -item[1])[:n]
+        floor = self._engine.config.similarity_floor
+        keyword = _KEYWORDS.search(conn, query, n * 4, where=f"rowid IN (SELECT e.n FROM experiences e WHERE {condition})",
+                                   params=params)
+        fused = rrf([h for h in vector_hits if h[1] >= floor], keyword)
+        best = sorted(fused.values(), key=lambda item: -item.score)[:n]
         if not best:
             return []
-        marks = ",".join("?" * len(best))
         rows = {r[0]: r for r in conn.execute(
-            f"SELECT {_COLUMNS} FROM experiences WHERE n IN ({marks})", [b[0] for b in best])}
-        return [(_from_row(rows[label]), score) for label, score in best if label in rows]
+            f"SELECT {_COLUMNS} FROM experiences WHERE n IN ({marks(len(best))})", [b.key for b in best])}
+        return [(_from_row(rows[item.key]), item.score) for item in best if item.key in rows]
 
     def count(self) -> int:
         self._store.apply_deferred()
@@ -411,8 +326,8 @@ class ExperienceLedger:
     # -- helpers -----------------------------------------------------------
     def _episode(self, episode_id: Optional[str]) -> Optional[str]:
         if not episode_id:
-            return self._memory.active_episode_id
-        number = self._memory._episode_number(episode_id)
+            return self._engine.active_episode_id
+        number = self._engine.episode_number(episode_id)
         self._store.get_episode(number)
         return make_id(NodeKind.EPISODE, number)
 
@@ -425,51 +340,27 @@ def _prefixed() -> str:
     return ", ".join(f"e.{c.strip()}" for c in _COLUMNS.split(","))
 
 
-def _stored_vectors(conn, labels: np.ndarray, dim: int) -> np.ndarray:
+def _stored_vectors(conn: sqlite3.Connection, labels: np.ndarray, dim: int) -> np.ndarray:
     out = np.zeros((len(labels), dim), dtype=np.float32)
     position = {int(n): i for i, n in enumerate(labels.tolist())}
-    ids = list(position)
-    for start in range(0, len(ids), 900):
-        chunk = ids[start : start + 900]
-        marks = ",".join("?" * len(chunk))
-        for n, blob in conn.execute(
-                f"SELECT n, embedding FROM experiences WHERE n IN ({marks}) AND embedding IS NOT NULL", chunk):
+    for chunk in chunked(list(position)):
+        for n, blob in conn.execute(f"SELECT n, embedding FROM experiences WHERE n IN ({marks(len(chunk))})"
+                                    " AND embedding IS NOT NULL", chunk):
             out[position[n]] = np.frombuffer(blob, dtype=np.float32)
     return out
 
 
-def _fts_query(text: str) -> str:
-    import re
-
-    tokens = re.findall(r"\w+", text.lower())
-    return " OR ".join(f'"{t}"' for t in tokens[:32])
+def _position_list(x: Any, y: Any, z: Any) -> Optional[list[float]]:
+    position = finite_position(x, y, z)
+    return list(position) if position is not None else None
 
 
-RARE_WORD_RECORDS = 1000
-"""A query word found in more records than this is left to the vector lane."""
-
-
-def _rare_words_query(conn, text: str) -> str:
-    """An FTS query of the query's words that occur in few records (each probe stops early)."""
-    import re
-
-    rare = []
-    for token in list(dict.fromkeys(re.findall(r"\w+", text.lower())))[:16]:
-        quoted = f'"{token}"'
-        hits = conn.execute("SELECT COUNT(*) FROM (SELECT rowid FROM experiences_fts WHERE experiences_fts MATCH ?"
-                            " LIMIT ?)", (quoted, RARE_WORD_RECORDS + 1)).fetchone()[0]
-        if 0 < hits <= RARE_WORD_RECORDS:
-            rare.append(quoted)
-    return " OR ".join(rare)
-
-
-def _satisfying(conn, labels: list[int], condition: str, params: list) -> set[int]:
+def _satisfying(conn: sqlite3.Connection, labels: list[int], condition: str, params: list[object]) -> set[int]:
     """Which of these records meet the condition (checked on them only)."""
     if not labels:
         return set()
-    marks = ",".join("?" * len(labels))
     return {r[0] for r in conn.execute(
-        f"SELECT e.n FROM experiences e WHERE e.n IN ({marks}) AND {condition}", [*labels, *params])}
+        f"SELECT e.n FROM experiences e WHERE e.n IN ({marks(len(labels))}) AND {condition}", [*labels, *params])}
 
 
 def _text(name: str, value: Any, required: bool = False) -> str:

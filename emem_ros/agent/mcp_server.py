@@ -4,8 +4,8 @@ The tool list is read from the memory's registry on every ``tools/list``
 (never a fixed list): tools registered later (the experience ledger's,
 stats) are served as soon as they exist. Calls go through
 ``memory.dispatch_tool_call``, so a bad call comes back as an error text the
-agent can act on, never as a crash. Write actions are flushed before the
-answer, so what an agent stored is on disk when it hears "stored".
+agent can act on, never as a crash. The memory is flushed before the answer,
+so what an agent stored is on disk when it hears "stored".
 
 Uses the low-level server of the ``mcp`` package (2.x API) on stdio: while
 serving, the package points fd 1 away from the wire, and our logging goes
@@ -15,10 +15,9 @@ to stderr.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-if TYPE_CHECKING:
-    from emem_ros.memory import Memory
+from emem_ros.tools.host import ToolHost
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ INSTRUCTIONS = (
 )
 
 
-def tool_specs(memory: "Memory") -> list[dict[str, Any]]:
+def tool_specs(memory: ToolHost) -> list[dict[str, Any]]:
     """The registry's current tools as MCP tool descriptions (name, description, inputSchema)."""
     out = []
     for definition in memory.get_tool_definitions(include_actions=True):
@@ -43,11 +42,10 @@ def tool_specs(memory: "Memory") -> list[dict[str, Any]]:
     return out
 
 
-def call(memory: "Memory", name: str, arguments: Optional[dict[str, Any]]) -> tuple[str, bool]:
+def call(memory: ToolHost, name: str, arguments: Optional[dict[str, Any]]) -> tuple[str, bool]:
     """Run one call; returns (answer text, is_error). Never raises for a bad call."""
     text = memory.dispatch_tool_call(name, arguments or {})
-    spec = memory.tools.registry.get(name)
-    if spec is not None and spec.kind == "action" and not text.startswith("Error:"):
+    if not text.startswith("Error:"):  # a write is on disk before the agent hears of it (a no-op after reads)
         try:
             memory.flush()
         except Exception as exc:  # the answer must say the write is not on disk yet
@@ -56,7 +54,7 @@ def call(memory: "Memory", name: str, arguments: Optional[dict[str, Any]]) -> tu
     return text, text.startswith("Error:")
 
 
-def build_server(memory: "Memory"):
+def build_server(memory: ToolHost) -> Any:
     """An ``mcp`` low-level Server serving ``memory``; calls run one at a time in a worker thread."""
     import anyio
     import mcp.types as types
@@ -79,7 +77,7 @@ def build_server(memory: "Memory"):
                   on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 
 
-def serve_stdio(memory: "Memory") -> None:
+def serve_stdio(memory: ToolHost) -> None:
     """Serve until the client closes stdin."""
     import anyio
     from mcp.server.stdio import stdio_server

@@ -15,20 +15,21 @@ from emem_ros.agent.transfer_format import FORMAT, VERSION, TransferError, verif
 from emem_ros.agent.transfer_import import ImportReport, import_file
 
 if TYPE_CHECKING:
-    from emem_ros.memory import Memory
+    from emem_ros.agent.ledger import ExperienceLedger
+    from emem_ros.engine import Engine
 
 __all__ = ["ExportReport", "ImportReport", "TransferError", "FORMAT", "VERSION", "export_memory", "export_file",
            "import_file", "verify"]
 
 
-def export_memory(memory: "Memory", out_path: str | Path, since: Any = None, until: Any = None,
-                  episode_id: Optional[str] = None) -> ExportReport:
-    """Export a running memory: buffered and deferred writes are stored first; times as the tools take them."""
-    memory.flush()
-    store = memory.store
-    if callable(getattr(store, "apply_deferred", None)):
-        store.apply_deferred()
-    if memory._ledger is not None:
-        memory._ledger.embed_pending()
-    episode = memory._episode_number(episode_id) if episode_id else None
-    return export_file(store.path, out_path, memory.resolve_time(since), memory.resolve_time(until), episode)
+def export_memory(engine: "Engine", out_path: str | Path, since: Any = None, until: Any = None,
+                  episode_id: Optional[str] = None, ledger: Optional["ExperienceLedger"] = None) -> ExportReport:
+    """Export a running memory: buffered and deferred writes are stored first; times as the tools take them.
+
+    ``ledger``: the open experience ledger, whose records still waiting for a vector are embedded first.
+    """
+    engine.flush()
+    if ledger is not None:
+        ledger.embed_pending()
+    episode = engine.episode_number(episode_id) if episode_id else None
+    return export_file(engine.store.path, out_path, engine.resolve_time(since), engine.resolve_time(until), episode)

@@ -31,6 +31,7 @@ from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.errors import StoreError
 from emem_ros.core.types import NodeKind, SourceType, Tier, make_id
+from emem_ros.storage.sqlutil import marks
 
 CHUNK = 900
 PLACE_CELL = 0.5
@@ -126,17 +127,17 @@ class _Exporter:
             where.append(f"{alias}.stamp <= ?")
             params.append(self.sel.until)
         if self.sel.episode is not None:
-            marks = ",".join("?" * len(self.subtree))
-            where.append(f"{alias}.episode_id IN ({marks})")
+            slots = marks(len(self.subtree))
+            where.append(f"{alias}.episode_id IN ({slots})")
             params += sorted(self.subtree)
         return " AND ".join(where), params
 
     def _subtree(self, root: int) -> set[int]:
         found, frontier = {root}, [root]
         while frontier:
-            marks = ",".join("?" * len(frontier))
+            slots = marks(len(frontier))
             frontier = [r[0] for r in self.conn.execute(
-                f"SELECT id FROM episodes WHERE parent_id IN ({marks})", frontier) if r[0] not in found]
+                f"SELECT id FROM episodes WHERE parent_id IN ({slots})", frontier) if r[0] not in found]
             found.update(frontier)
         return found
 
@@ -183,7 +184,7 @@ class _Exporter:
             where.append("stamp <= ?")
             params.append(self.sel.until)
         if self.sel.episode is not None:
-            where.append(f"episode_id IN ({','.join('?' * len(self.subtree))})")
+            where.append(f"episode_id IN ({marks(len(self.subtree))})")
             params += sorted(self.subtree)
         return " AND ".join(where), params
 
@@ -192,7 +193,7 @@ class _Exporter:
         out: list[int] = []
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
-            out += [r[0] for r in self.conn.execute(sql.format(",".join("?" * len(chunk))), chunk)]
+            out += [r[0] for r in self.conn.execute(sql.format(marks(len(chunk))), chunk)]
         return out
 
     def _rows(self, sql: str, ids: Iterable[int]) -> Iterator[tuple]:
@@ -200,7 +201,7 @@ class _Exporter:
         ids = sorted(ids)
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
-            yield from self.conn.execute(sql.format(",".join("?" * len(chunk))), chunk)
+            yield from self.conn.execute(sql.format(marks(len(chunk))), chunk)
 
     # ------------------------------------------------------------------ writing
     def run(self) -> None:

@@ -36,7 +36,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, overload
 
 import numpy as np
 
@@ -107,6 +107,14 @@ def vector_text(blob: Optional[bytes]) -> Optional[str]:
     return base64.b64encode(blob).decode("ascii") if blob else None
 
 
+@overload
+def vector_of(text: str, dim: int) -> np.ndarray: ...
+
+
+@overload
+def vector_of(text: None, dim: int) -> None: ...
+
+
 def vector_of(text: Optional[str], dim: int) -> Optional[np.ndarray]:
     if text is None:
         return None
@@ -123,7 +131,9 @@ def _open(path: Path) -> io.BufferedIOBase:
         raise TransferError(f"no export file at {path}")
     with open(path, "rb") as probe:
         magic = probe.read(2)
-    return gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")  # type: ignore[return-value]
+    if magic == GZIP_MAGIC:
+        return gzip.GzipFile(path, "rb")
+    return open(path, "rb")
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:

@@ -56,10 +56,11 @@ from emem_ros.agent.transfer_format import (
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.types import EpisodeStatus, NodeKind, SourceType, Tier, make_id
+from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 from emem_ros.storage.store import NewObservation
 
 if TYPE_CHECKING:
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -87,24 +88,27 @@ class ImportReport:
         return "\n".join(lines)
 
 
-def import_file(memory: "Memory", path: str | Path, batch: int = BATCH) -> ImportReport:
-    """Check the file whole, then merge it into ``memory``; returns what was added and what was there."""
+def import_file(engine: "Engine", path: str | Path, batch: int = BATCH,
+                cold: Optional[ColdStore] = None) -> ImportReport:
+    """Check the file whole, then merge it into the memory; returns what was added and what was there.
+
+    ``cold``: the memory's open cold store, if it has one (archived records of the export go there).
+    """
     started = time.perf_counter()
     path = Path(path)
-    store = memory.store
+    store = engine.store
     verified = verify(path, store.model_name, store.dim)
-    memory.flush()
-    if callable(getattr(store, "apply_deferred", None)):
-        store.apply_deferred()
-    report = _Importer(memory, path, verified, max(1, int(batch))).run()
+    engine.flush()
+    report = _Importer(engine, path, verified, max(1, int(batch)), cold).run()
     report.seconds = time.perf_counter() - started
     return report
 
 
 class _Importer:
-    def __init__(self, memory: "Memory", path: Path, verified: Verified, batch: int) -> None:
-        self.memory = memory
-        self.store = memory.store
+    def __init__(self, engine: "Engine", path: Path, verified: Verified, batch: int,
+                 cold: Optional[ColdStore] = None) -> None:
+        self.engine = engine
+        self.store = engine.store
         self.path = path
         self.verified = verified
         self.batch = batch
@@ -125,7 +129,7 @@ class _Importer:
         self.matched: set[int] = set()
         """Target rows already matched by a record of this import (each counts once)."""
         self.demoted = 0
-        self._cold: Optional[ColdStore] = None
+        self._cold = cold
 
     # ------------------------------------------------------------------ driving
     def run(self) -> ImportReport:
@@ -149,9 +153,8 @@ class _Importer:
             self.report.notes.append(
                 f"{self.demoted} episode(s) active in the export were stored as 'abandoned': this memory already "
                 f"held data, and an active foreign episode would capture its observations after a restart")
-        tools = getattr(self.memory, "tools", None)
-        if tools is not None and callable(getattr(tools, "invalidate_caches", None)):
-            tools.invalidate_caches()
+        with self.store.write():  # rows arrived out of order: per-text views rebuild (storage/events.py)
+            self.store.announce(reshaped=True)
         return self.report
 
     def _flush(self, kind: Optional[str], records: list[dict[str, Any]]) -> None:
@@ -195,7 +198,7 @@ class _Importer:
                      self._episode_by_key(conn, r.get("previous")), r["summary"], r["goal"], r["action"],
                      r["result"], r["reflection"], r["success"], r["consolidated"], r["metadata"],
                      vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 self.episodes[r["ref"]] = number
                 self.report.added["episodes"] += 1
                 if r.get("vec"):
@@ -226,7 +229,7 @@ class _Importer:
                     (r["text"], r["cx"], r["cy"], r["cz"], r["radius"], r["time_start"], r["time_end"],
                      r["source_count"], r["layers"], self.episodes.get(r["episode"]) if r["episode"] is not None
                      else None, r["created_at"], r["metadata"], vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (number, r["text"]))
                 self.gists[r["ref"]] = number
                 self.report.added["gists"] += 1
@@ -257,7 +260,7 @@ class _Importer:
             else:
                 hot.append(self._new_observation(r, number, text))
         if hot:
-            self.store.write_observations(hot, self.memory._embed_texts)
+            self.store.write_observations(hot, self.engine.embed_texts)
             for r in records:
                 if r["text"] is not None:
                     self.texts[r["text"]][1] = None  # stored now: the target keeps the vector
@@ -271,11 +274,10 @@ class _Importer:
         available: dict[tuple, list[int]] = {}
         archived: dict[tuple, list[int]] = {}
         conn = self.store.reader()
-        for start in range(0, len(stamps), 900):
-            chunk = stamps[start:start + 900]
+        for chunk in chunked(stamps):
             for oid, layer, source, stamp, text, x, y, z, tier in conn.execute(
                     "SELECT o.id, o.layer, o.source_type, o.stamp, t.text, o.x, o.y, o.z, o.tier FROM observations o"
-                    f" LEFT JOIN texts t ON t.id = o.text_id WHERE o.stamp IN ({','.join('?' * len(chunk))})"
+                    f" LEFT JOIN texts t ON t.id = o.text_id WHERE o.stamp IN ({marks(len(chunk))})"
                     " AND o.id <= ? ORDER BY o.id DESC", [*chunk, self.obs_before]):
                 slot = (layer, source, stamp, x, y, z)
                 available.setdefault((*slot, text if tier != Tier.ARCHIVED.value else None), []).append(oid)
@@ -330,9 +332,7 @@ class _Importer:
 
     def cold_store(self) -> ColdStore:
         if self._cold is None:
-            service = getattr(self.memory, "_consolidation", None)
-            self._cold = getattr(service, "cold", None) or ColdStore(
-                self.store.path.with_name(self.store.path.name + ".cold"))
+            self._cold = ColdStore(self.store.path.with_name(self.store.path.name + ".cold"))
         return self._cold
 
     def _cold_record(self, r: dict[str, Any], number: int) -> dict[str, Any]:
@@ -358,9 +358,9 @@ class _Importer:
         with store.write_lock:
             texts = {o.text for o in self.archived_places}
             alive: dict[str, int] = {}
-            for items in _chunks(sorted(texts)):
+            for items in chunked(sorted(texts)):
                 alive.update(store.reader().execute(
-                    f"SELECT text, id FROM texts WHERE text IN ({','.join('?' * len(items))})", items).fetchall())
+                    f"SELECT text, id FROM texts WHERE text IN ({marks(len(items))})", items).fetchall())
             batch = [o for o in self.archived_places if o.text in alive]
             if not batch:
                 return
@@ -397,7 +397,7 @@ class _Importer:
                     (r["name"], r["entity_type"], r["x"], r["y"], r["z"], r["spread"], r["first_seen"],
                      r["last_seen"], r["sightings"], r["confidence"], r["layer"], r["metadata"],
                      vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 self.entities[r["ref"]] = number
                 self.report.added["entities"] += 1
                 if r.get("vec"):
@@ -440,7 +440,7 @@ class _Importer:
                     (r["id"], r["goal"], r["action"], r["result"], r["reflection"], r["success"], r["tags"],
                      r["metadata"], r["stamp"], self.episodes.get(r["episode"]) if r["episode"] is not None
                      else None, r["x"], r["y"], r["z"], r["supersedes"], vector_blob(r.get("vec"))))
-                number = int(cursor.lastrowid)
+                number = inserted_id(cursor)
                 conn.execute("INSERT INTO experiences_fts(rowid, goal, action, result, reflection, tags)"
                              " VALUES(?,?,?,?,?,?)", (number, r["goal"], r["action"], r["result"], r["reflection"],
                                                       r["tags"]))
@@ -489,6 +489,4 @@ def _take(ids: Optional[list[int]], used: set[int]) -> Optional[int]:
     return None
 
 
-def _chunks(items: list[Any], size: int = 900):
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
+

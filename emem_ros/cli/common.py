@@ -5,9 +5,12 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from emem_ros.core.errors import EmemError, StoreError
+
+if TYPE_CHECKING:
+    from emem_ros.memory import Memory
 
 NOW_CHOICES = "'latest' (the newest observation's time), 'wall' (this computer's clock) or epoch seconds"
 
@@ -52,7 +55,7 @@ def resolve_now(db_path: Path, now: str) -> float:
 
 
 def open_memory(db_path: str | Path, *, now: str = "latest", ollama_host: Optional[str] = None,
-                **config: Any):
+                **config: Any) -> "Memory":
     """A Memory on an existing file, with the embedder that built it and no background threads."""
     from emem_ros import Memory, MemoryConfig
     from emem_ros.embeddings.factory import provider_for_stored_model

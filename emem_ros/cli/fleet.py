@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     detach.set_defaults(func=_detach)
 
 
-def _connect(url: str):
+def _connect(url: str) -> Any:
     from emem_ros.fleet import db
 
     return db.connect(url)
@@ -69,10 +70,10 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _add_robot(args: argparse.Namespace) -> int:
+    from emem_ros.fleet.errors import FleetError
     from emem_ros.fleet.robots import add_robot
     from emem_ros.fleet.schema import open_fleet
     from emem_ros.fleet.transform import parse_transform
-    from emem_ros.fleet.errors import FleetError
 
     try:
         transform = parse_transform(args.x, args.y, args.yaw, args.yaw_deg)
@@ -120,12 +121,11 @@ def _remove_robot(args: argparse.Namespace) -> int:
 
 
 def _detach(args: argparse.Namespace) -> int:
-    from emem_ros.core.timeexpr import parse_time
-    from emem_ros.fleet.schema import detach_partitions, open_fleet
-
     import time as _time
 
+    from emem_ros.core.timeexpr import parse_time
     from emem_ros.fleet.errors import FleetError
+    from emem_ros.fleet.schema import detach_partitions, open_fleet
 
     before = parse_time(args.before, now=_time.time())
     if before is None:

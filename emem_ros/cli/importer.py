@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from emem_ros.memory import Memory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from emem_ros.agent.transfer import import_file, verify
+    from emem_ros.agent.transfer import verify
 
     db, source = Path(args.db), Path(args.source)
     if db.exists():
@@ -34,14 +38,14 @@ def handler(args: argparse.Namespace) -> int:
     else:
         memory = _new_memory(db, verify(source).header["embedding_model"], args.ollama_host)
     try:
-        report = import_file(memory, source)
+        report = memory.import_from(source)
     finally:
         memory.close()
     print(report)
     return 0
 
 
-def _new_memory(db: Path, model: str, ollama_host):
+def _new_memory(db: Path, model: str, ollama_host: Optional[str]) -> "Memory":
     """An empty memory file that uses the export's embedding model."""
     import time
 

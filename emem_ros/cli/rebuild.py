@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Optional
 
 from emem_ros.core.errors import EmemError
 
@@ -46,7 +47,7 @@ def handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rebuild_indexes(path: Path, ollama_host) -> str:
+def _rebuild_indexes(path: Path, ollama_host: Optional[str]) -> str:
     """Open the rebuilt file once: the store rebuilds every derived index from SQLite and saves it."""
     from emem_ros.cli.common import open_memory
 

@@ -1,7 +1,7 @@
 """Archival: long-term observations leave the hot graph ``archive_after_seconds`` after promotion.
 
 Age counts from promotion to long_term (``observations.tier_since``, set by
-consolidation with ``memory.now()``), not from the observation's stamp: a
+consolidation with the memory's clock), not from the observation's stamp: a
 robot that consolidates yesterday's bag today keeps it hot for the full
 period. Per batch (``archive_batch_size`` rows):
 
@@ -11,9 +11,10 @@ period. Per batch (``archive_batch_size`` rows):
    and metadata NULL; id, stamp, layer, position, episode and gist stay),
    lowers ``texts.refs``, and deletes each text no hot observation refers to
    any more, with its FTS entry and its places;
-3. after the commit, still under the writer lock, the text vectors and place
-   boxes go from the derived indexes and the store's text cache forgets the
-   texts (so a later flush of the same string creates a fresh text row).
+3. the transaction announces the texts and places it removed: after the
+   commit the store drops them from its derived indexes and text cache (so
+   a later flush of the same string creates a fresh text row) and tells the
+   caches that read observations (``storage/events.py``).
 
 Gists and entities are untouched: gists stay searchable by vector and FTS.
 Body readings keep their value; the step-2 transaction also records how each
@@ -26,19 +27,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
-
-from collections import Counter
 
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.readings import display_scale, reading_level
 from emem_ros.consolidation.rows import ObsRow, fetch_rows, in_list
 from emem_ros.consolidation.state import read_body_scales, write_body_scales
 from emem_ros.core.types import NodeKind, Tier, make_id
+from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -55,23 +56,23 @@ class ArchiveReport:
 
 
 class Archiver:
-    def __init__(self, memory: "Memory", cold: Optional[ColdStore]) -> None:
-        self.memory = memory
+    def __init__(self, engine: "Engine", cold: Optional[ColdStore]) -> None:
+        self.engine = engine
         self.cold = cold
 
     def run(self, stop: Optional[threading.Event] = None) -> ArchiveReport:
         started = time.perf_counter()
         report = ArchiveReport()
-        memory = self.memory
-        batch = max(1, int(getattr(memory.config, "archive_batch_size", 5000)))
-        keep = memory.config.archive_retention == "keep"
+        engine = self.engine
+        batch = max(1, int(engine.config.archive_batch_size))
+        keep = engine.config.archive_retention == "keep"
         while True:
             if stop is not None and stop.is_set():
                 report.complete = False
                 break
-            now = memory.now()
-            cutoff = now - memory.config.archive_after_seconds
-            rows = fetch_rows(memory.store.reader(), "o.tier = 'long_term' AND o.tier_since <= ?", [cutoff],
+            now = engine.now()
+            cutoff = now - engine.config.archive_after_seconds
+            rows = fetch_rows(engine.store.reader(), "o.tier = 'long_term' AND o.tier_since <= ?", [cutoff],
                               order="o.tier_since, o.id", limit=batch)
             if not rows:
                 break
@@ -84,53 +85,39 @@ class Archiver:
                 break
         report.seconds = time.perf_counter() - started
         if report.observations:
-            tools = getattr(memory, "tools", None)  # the tools keep per-text caches: rebuild them
-            if tools is not None and callable(getattr(tools, "invalidate_caches", None)):
-                tools.invalidate_caches()
             log.info("archived %d observations (%d texts left the hot tables) in %.2f s",
                      report.observations, report.texts_removed, report.seconds)
         return report
 
     def _archive(self, rows: list, now: float, report: ArchiveReport) -> None:
-        store = self.memory.store
+        store = self.engine.store
         ids = [r.id for r in rows]
         refs: dict[int, int] = {}
         for row in rows:
             if row.text_id is not None:
                 refs[row.text_id] = refs.get(row.text_id, 0) + 1
-        with store.write_lock:
-            with store.write() as conn:
-                for start in range(0, len(ids), 900):
-                    where, values = in_list("id", ids[start:start + 900])
-                    conn.execute(
-                        f"UPDATE observations SET tier=?, tier_since=?, text_id=NULL, metadata=NULL"
-                        f" WHERE {where} AND tier=?", [Tier.ARCHIVED.value, now, *values, Tier.LONG_TERM.value])
-                conn.executemany("UPDATE texts SET refs = refs - ? WHERE id = ?",
-                                 [(n, tid) for tid, n in refs.items()])
-                _remember_body_scales(conn, rows)
-                dead: list[tuple[int, str]] = []
-                text_ids = list(refs)
-                for start in range(0, len(text_ids), 900):
-                    where, values = in_list("id", text_ids[start:start + 900])
-                    dead += conn.execute(f"SELECT id, text FROM texts WHERE {where} AND refs <= 0", values).fetchall()
-                place_ids: list[int] = []
-                if dead:
-                    conn.executemany("INSERT INTO texts_fts(texts_fts, rowid, text) VALUES('delete', ?, ?)", dead)
-                    dead_ids = [d[0] for d in dead]
-                    for start in range(0, len(dead_ids), 900):
-                        where, values = in_list("text_id", dead_ids[start:start + 900])
-                        place_ids += [r[0] for r in conn.execute(f"SELECT id FROM places WHERE {where}", values)]
-                        conn.execute(f"DELETE FROM places WHERE {where}", values)
-                        where, values = in_list("id", dead_ids[start:start + 900])
-                        conn.execute(f"DELETE FROM texts WHERE {where}", values)
-            # Committed; the derived indexes and the text cache follow under the same lock.
+        with store.write() as conn:
+            for chunk in chunked(ids):
+                where, values = in_list("id", chunk)
+                conn.execute(
+                    f"UPDATE observations SET tier=?, tier_since=?, text_id=NULL, metadata=NULL"
+                    f" WHERE {where} AND tier=?", [Tier.ARCHIVED.value, now, *values, Tier.LONG_TERM.value])
+            conn.executemany("UPDATE texts SET refs = refs - ? WHERE id = ?", [(n, tid) for tid, n in refs.items()])
+            _remember_body_scales(conn, rows)
+            dead: list[tuple[int, str]] = []
+            for chunk in chunked(list(refs)):
+                where, values = in_list("id", chunk)
+                dead += conn.execute(f"SELECT id, text FROM texts WHERE {where} AND refs <= 0", values).fetchall()
+            place_ids: list[int] = []
             if dead:
-                store.vectors["texts"].remove([d[0] for d in dead])
-                store.forget_texts([text for _, text in dead])
-                store.text_names.forget([text_id for text_id, _ in dead])
-            if place_ids:
-                store.places.delete(place_ids)
-                store.place_cache.changes.reset()
+                conn.executemany("INSERT INTO texts_fts(texts_fts, rowid, text) VALUES('delete', ?, ?)", dead)
+                for chunk in chunked([d[0] for d in dead]):
+                    where, values = in_list("text_id", chunk)
+                    place_ids += [r[0] for r in conn.execute(f"SELECT id FROM places WHERE {where}", values)]
+                    conn.execute(f"DELETE FROM places WHERE {where}", values)
+                    where, values = in_list("id", chunk)
+                    conn.execute(f"DELETE FROM texts WHERE {where}", values)
+            store.announce(removed_texts=dead, removed_places=place_ids, reshaped=True)
         report.observations += len(ids)
         report.texts_removed += len(dead)
         report.places_removed += len(place_ids)

@@ -60,7 +60,8 @@ class ColdStore:
         if self._current is not None and self._current.exists() and self._current.stat().st_size < self.segment_bytes:
             return self._current
         existing = self.segments()
-        number = int(SEGMENT.match(existing[-1].name).group(1)) + 1 if existing else 1
+        last = SEGMENT.match(existing[-1].name) if existing else None
+        number = int(last.group(1)) + 1 if last is not None else 1
         self._current = self.folder / f"seg-{number:06d}.jsonl.gz"
         return self._current
 
@@ -91,7 +92,7 @@ class ColdStore:
         seen: dict[str, dict[str, Any]] = {}
         for path in self.segments():
             for record in _read_members(path):
-                key = record.get("id")
+                key = str(record.get("id"))
                 if wanted is not None and key not in wanted:
                     continue
                 seen[key] = record

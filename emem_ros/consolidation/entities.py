@@ -112,9 +112,10 @@ from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.triangulation import Fix
 from emem_ros.geometry.uncertainty import MEASURED_FLOOR, circle_radius, pose_region
+from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +481,13 @@ def same_object_reach(state: EntityState, radius: float) -> float:
     return min(radius, INSTANCE_SEPARATION + 2.0 * state.object.spread)
 
 
+def _entity_id(state: EntityState) -> str:
+    """The node id of an entity written in this transaction (numbered by its INSERT)."""
+    if state.number is None:
+        raise ValueError(f"entity {state.name!r} has no row yet")
+    return make_id(NodeKind.ENTITY, state.number)
+
+
 def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
     """Entities seen in the same visits as this one, with how many visits, most first."""
     me = make_id(NodeKind.ENTITY, entity_number)
@@ -491,8 +499,8 @@ def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
 
 
 class EntityExtractor:
-    def __init__(self, memory: "Memory", summarizer: Any = None, rows: Optional[RowMemo] = None) -> None:
-        self.memory = memory
+    def __init__(self, engine: "Engine", summarizer: Any = None, rows: Optional[RowMemo] = None) -> None:
+        self.engine = engine
         self.summarizer = summarizer
         self.rows = rows
         """Rows a time-window pass already read (shared with it; None: read everything)."""
@@ -519,7 +527,7 @@ class EntityExtractor:
         return report
 
     def _step(self, report: EntityReport, final: bool) -> bool:
-        memory, store = self.memory, self.memory.store
+        engine, store = self.engine, self.engine.store
         conn = store.reader()
         marks = read_marks(conn, ENTITY_MARKS)
         top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
@@ -540,17 +548,18 @@ class EntityExtractor:
                 top_id = min(top_id, late[-1].id)
         if not fresh and not late:
             return False
-        params = cluster_params(memory.config, min_samples=1)
+        params = cluster_params(engine.config, min_samples=1)
         if final and not limited:
             horizon = None
         else:
-            horizon = fresh[-1].stamp if limited else max(memory.now(), fresh[-1].stamp if fresh else -math.inf)
+            horizon = fresh[-1].stamp if limited else max(engine.now(), fresh[-1].stamp if fresh else -math.inf)
         clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, horizon)
         if limited and deferred_from is not None and marks.stamp is not None and deferred_from <= marks.stamp:
             clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, None)
         if late:
             late.sort(key=lambda r: (r.stamp, r.id))
             clusters += clusters_of(late, params, False, None)[0]
+        new_stamp: Optional[float]
         if deferred_from is not None:
             new_stamp = deferred_from
         elif fresh:
@@ -662,7 +671,8 @@ class EntityExtractor:
         target.add(row)
         return target
 
-    def _text_sightings(self, rows: Sequence[ObsRow], place, groups: dict, report: EntityReport) -> None:
+    def _text_sightings(self, rows: Sequence[ObsRow], place: Optional[tuple[float, float]], groups: dict[Any, Any],
+                        report: EntityReport) -> None:
         """Names an LLM finds in free text, placed where the robot was (vague, like 2-D detections)."""
         for text in dict.fromkeys(r.text for r in rows):
             names = self._names_in(text, report)
@@ -691,7 +701,7 @@ class EntityExtractor:
 
     # ------------------------------------------------------------------ merging and writing
     def _name_vectors(self, sightings: Sequence[Sighting]) -> None:
-        store = self.memory.store
+        store = self.engine.store
         missing = [s for s in sightings if s.name not in self._vectors]
         by_text = {s.text_id: s.name for s in missing if s.text_id is not None}
         if by_text:
@@ -701,7 +711,7 @@ class EntityExtractor:
                     self._remember(by_text[text_id], vector)
         names = list(dict.fromkeys(s.name for s in missing if s.name not in self._vectors))
         if names:
-            for name, vector in zip(names, self.memory._embed_texts(names)):
+            for name, vector in zip(names, self.engine.embed_texts(names)):
                 self._remember(name, vector)
 
     def _remember(self, name: str, vector: np.ndarray) -> None:
@@ -712,7 +722,7 @@ class EntityExtractor:
     def _candidates(self, sighting: Sighting, vector: np.ndarray, cache: dict[int, EntityState],
                     new: list[EntityState], known: dict[str, set[int]]) -> list[tuple[float, EntityState]]:
         """Stored entities with this name or a similar one (looked up once per name and run), plus new ones."""
-        store, config = self.memory.store, self.memory.config
+        store, config = self.engine.store, self.engine.config
         threshold = config.entity_similarity_threshold
         numbers = known.get(sighting.name)
         if numbers is None:
@@ -733,14 +743,12 @@ class EntityExtractor:
     def _load(self, numbers: set[int], cache: dict[int, EntityState]) -> None:
         if not numbers:
             return
-        store = self.memory.store
-        ids = sorted(numbers)
-        marks = ",".join("?" * len(ids))
-        rows = store.reader().execute(
-            f"SELECT {store.ENTITY_COLUMNS}, embedding FROM entities WHERE id IN ({marks})", ids).fetchall()
+        store = self.engine.store
+        rows = [row for chunk in chunked(sorted(numbers)) for row in store.reader().execute(
+            f"SELECT {store.ENTITY_COLUMNS}, embedding FROM entities WHERE id IN ({marks(len(chunk))})", chunk)]
         for row in rows:
             blob = row[-1]
-            vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.memory._embed_texts([row[1]])[0])
+            vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.engine.embed_texts([row[1]])[0])
             cache[row[0]] = _state_from_row(row[:-1], vector)
 
     def _match(self, sighting: Sighting, candidates: list[tuple[float, EntityState]],
@@ -751,7 +759,7 @@ class EntityExtractor:
         visit; the split into instances already said they are other objects.
         Rays decide where they can (``_bearing_verdict``); distances otherwise.
         """
-        config = self.memory.config
+        config = self.engine.config
         pos = sighting.placed if sighting.fix is not None else sighting.position
         placed_sighting = sighting.precise or sighting.fix is not None
         best: Optional[tuple[tuple[float, int, float], EntityState]] = None
@@ -846,8 +854,8 @@ class EntityExtractor:
 
     def _write(self, touched: dict[int, EntityState], observed: list[tuple[EntityState, int, int]],
                pairs: dict[tuple[int, int], int], marks: Marks, report: EntityReport) -> None:
-        store = self.memory.store
-        now = self.memory.now()
+        store = self.engine.store
+        now = self.engine.now()
         created: list[EntityState] = []
         with store.write() as conn:
             for state in touched.values():
@@ -861,7 +869,7 @@ class EntityExtractor:
                         (state.name, state.entity_type, x, y, z, state.spread, state.first, state.last,
                          state.sightings, state.confidence, state.layer, meta,
                          np.asarray(state.vector, dtype=np.float32).tobytes()))
-                    state.number = int(cursor.lastrowid)
+                    state.number = inserted_id(cursor)
                     created.append(state)
                 else:
                     conn.execute(
@@ -871,14 +879,13 @@ class EntityExtractor:
                          meta, state.number))
             kind_obs = EdgeKind.OBSERVED_IN.value
             conn.executemany(EDGE_SQL, [
-                (kind_obs, make_id(NodeKind.ENTITY, state.number), make_id(NodeKind.OBSERVATION, oid), float(n), now)
+                (kind_obs, _entity_id(state), make_id(NodeKind.OBSERVATION, oid), float(n), now)
                 for state, oid, n in observed])
             by_key = {state.key: state for state in touched.values()}
             rows = []
             for (a, b), count in pairs.items():
-                lo, hi = sorted((by_key[a].number, by_key[b].number))
-                rows.append((EdgeKind.COOCCURS_WITH.value, make_id(NodeKind.ENTITY, lo),
-                             make_id(NodeKind.ENTITY, hi), float(count), now))
+                lo, hi = sorted((by_key[a], by_key[b]), key=lambda s: s.number or 0)
+                rows.append((EdgeKind.COOCCURS_WITH.value, _entity_id(lo), _entity_id(hi), float(count), now))
             conn.executemany(EDGE_SQL, rows)
             write_marks(conn, ENTITY_MARKS, marks)
         if created:

@@ -181,7 +181,7 @@ def compact(rays: RaySet) -> RaySet:
     return merged
 
 
-def points_at(rays: RaySet, position: Sequence[float], radius: float = 0.0) -> Optional[bool]:
+def points_at(rays: RaySet, position: Sequence[float] | np.ndarray, radius: float = 0.0) -> Optional[bool]:
     """Whether most of the rays pass the position (within their noise, its size and ``radius``) in range;
     None when they do not but are too few to say it is something else (``MIN_DISSENT``)."""
     if not len(rays):

@@ -23,14 +23,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from emem_ros.consolidation.gists import clusters_of, cluster_params, draft_gist, write_gists
+from emem_ros.consolidation.gists import cluster_params, clusters_of, draft_gist, write_gists
 from emem_ros.consolidation.rows import ObsRow, classify_layers, fetch_rows
 from emem_ros.consolidation.state import EpisodeQueue, read_episode_queue, write_episode_queue
 from emem_ros.consolidation.summaries import SummaryWriter, body_digest, body_line, format_duration, format_span
 from emem_ros.core.types import Episode, NodeKind, SourceType, make_id
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +56,12 @@ class EpisodeReport:
 class EpisodeBook:
     """The durable list of episodes waiting for consolidation (or released to the time window)."""
 
-    def __init__(self, memory: "Memory") -> None:
-        self.memory = memory
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
         self._lock = threading.Lock()
 
     def request(self, number: int, consolidate: bool) -> None:
-        with self._lock, self.memory.store.write() as conn:
+        with self._lock, self.engine.store.write() as conn:
             queue = read_episode_queue(conn)
             target = queue.pending if consolidate else queue.released
             if number not in target:
@@ -77,7 +77,7 @@ class EpisodeBook:
 
     def release(self, number: int) -> None:
         """Give a failing episode's observations to the time window instead."""
-        with self._lock, self.memory.store.write() as conn:
+        with self._lock, self.engine.store.write() as conn:
             queue = read_episode_queue(conn)
             if number in queue.pending:
                 queue.pending.remove(number)
@@ -86,18 +86,18 @@ class EpisodeBook:
             write_episode_queue(conn, queue)
 
     def snapshot(self) -> EpisodeQueue:
-        return read_episode_queue(self.memory.store.reader())
+        return read_episode_queue(self.engine.store.reader())
 
 
 class EpisodeConsolidator:
-    def __init__(self, memory: "Memory", writer: SummaryWriter, book: EpisodeBook) -> None:
-        self.memory = memory
+    def __init__(self, engine: "Engine", writer: SummaryWriter, book: EpisodeBook) -> None:
+        self.engine = engine
         self.writer = writer
         self.book = book
 
     def run(self, number: int, stop: Optional[threading.Event] = None) -> EpisodeReport:
         started = time.perf_counter()
-        memory, store = self.memory, self.memory.store
+        engine, store = self.engine, self.engine.store
         report = EpisodeReport(episode_id=make_id(NodeKind.EPISODE, number))
         conn = store.reader()
         row = conn.execute("SELECT status, consolidated FROM episodes WHERE id=?", (number,)).fetchone()
@@ -118,14 +118,14 @@ class EpisodeConsolidator:
         self.writer.reset()
         episode = store.get_episode(number)
         rows = fetch_rows(conn, "o.episode_id = ? AND o.tier = 'short_term' AND o.gist_id IS NULL", [number])
-        params = cluster_params(memory.config, min_samples=1)  # every observation lands in a gist
-        clusters, _, _, _ = clusters_of(rows, params, bool(memory.config.consolidation_per_layer), None)
+        params = cluster_params(engine.config, min_samples=1)  # every observation lands in a gist
+        clusters, _, _, _ = clusters_of(rows, params, bool(engine.config.consolidation_per_layer), None)
         kinds = classify_layers(rows)
         context = _episode_context(episode)
         outcome = write_gists(
-            memory, clusters,
+            engine, clusters,
             lambda cluster: draft_gist(cluster, kinds, self.writer, "episode", episode_id=number, context=context),
-            memory.now(), stop)
+            engine.now(), stop)
         ids = outcome.gist_ids
         report.gist_ids = [make_id(NodeKind.GIST, i) for i in ids]
         report.observations = outcome.observations
@@ -135,7 +135,7 @@ class EpisodeConsolidator:
         if stop is not None and stop.is_set():
             return report
         summary, source = self._summary(episode, number)
-        vector = memory._embed_texts([summary])[0]
+        vector = engine.embed_texts([summary])[0]
         store.set_episode_summary(number, summary, vector)
         with store.write() as wconn:
             self.book.done(wconn, number)
@@ -147,7 +147,7 @@ class EpisodeConsolidator:
 
     def _summary(self, episode: Episode, number: int) -> tuple[str, str]:
         """From all of the episode's gists (also those of an earlier, interrupted run)."""
-        conn = self.memory.store.reader()
+        conn = self.engine.store.reader()
         gists = conn.execute(
             "SELECT text, source_count FROM gists WHERE episode_id = ? ORDER BY time_start, id", (number,)
         ).fetchall()

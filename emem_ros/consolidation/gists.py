@@ -41,9 +41,10 @@ from emem_ros.consolidation.state import (
 )
 from emem_ros.consolidation.summaries import SummaryWriter, body_digest, digest
 from emem_ros.core.types import EpisodeStatus, NodeKind, Position, SourceType, Tier, make_id
+from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +207,8 @@ def promote(conn: Any, ids: Sequence[int], now: float, gist_id: Optional[int] = 
     The same update ``MemoryStore.add_gist`` makes for a gist's sources, so
     archival ages body readings from their promotion like everything else.
     """
-    for start in range(0, len(ids), 900):
-        where, values = in_list("id", ids[start:start + 900])
+    for chunk in chunked(ids):
+        where, values = in_list("id", chunk)
         if gist_id is None:
             conn.execute(f"UPDATE observations SET tier=?, tier_since=? WHERE {where} AND tier != 'archived'",
                          [Tier.LONG_TERM.value, now, *values])
@@ -216,7 +217,7 @@ def promote(conn: Any, ids: Sequence[int], now: float, gist_id: Optional[int] = 
                          " AND tier != 'archived'", [gist_id, Tier.LONG_TERM.value, now, *values])
 
 
-def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: Callable[[Sequence[ObsRow]], GistDraft],
+def write_gists(engine: "Engine", clusters: Sequence[Sequence[ObsRow]], draft: Callable[[Sequence[ObsRow]], GistDraft],
                 now: float, stop: Optional[threading.Event] = None,
                 finish: Optional[Callable[[Any], None]] = None) -> WriteOutcome:
     """Summarise, embed and store clusters a few per transaction; ``finish(conn)`` runs in the last one.
@@ -227,7 +228,7 @@ def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: C
     progress marks never pass unwritten work. (Writing a batch on a helper
     thread while the next is drafted does not pay: the two fight over the GIL.)
     """
-    store = memory.store
+    store = engine.store
     out = WriteOutcome()
     starts = list(range(0, len(clusters), GISTS_PER_TRANSACTION)) or [0]
     for start in starts:
@@ -238,7 +239,7 @@ def write_gists(memory: "Memory", clusters: Sequence[Sequence[ObsRow]], draft: C
                 return out
             batch.append(draft(cluster))
         visible = [d for d in batch if not d.body_only]
-        vectors = (memory._embed_texts([d.text for d in visible]) if visible
+        vectors = (engine.embed_texts([d.text for d in visible]) if visible
                    else np.empty((0, store.dim), np.float32))
         ids: list[int] = []
         with store.write() as conn:
@@ -273,8 +274,8 @@ def blocked_episodes(conn: Any, pending: Sequence[int]) -> list[int]:
 class TimeWindowConsolidator:
     """Old short-term observations -> gists, incrementally (see ``state.py`` for the marks)."""
 
-    def __init__(self, memory: "Memory", writer: SummaryWriter, rows: Optional[RowMemo] = None) -> None:
-        self.memory = memory
+    def __init__(self, engine: "Engine", writer: SummaryWriter, rows: Optional[RowMemo] = None) -> None:
+        self.engine = engine
         self.writer = writer
         self.rows = rows
         """Rows an entity pass already read (shared with it; None: read everything)."""
@@ -282,13 +283,13 @@ class TimeWindowConsolidator:
     def run(self, stop: Optional[threading.Event] = None) -> ConsolidationReport:
         started = time.perf_counter()
         report = ConsolidationReport()
-        memory = self.memory
-        config = memory.config
+        engine = self.engine
+        config = engine.config
         params = cluster_params(config)
         self.writer.reset()
         llm0, fb0 = self.writer.stats.llm, self.writer.stats.fallback
         while True:
-            cutoff = memory.now() - config.consolidation_window
+            cutoff = engine.now() - config.consolidation_window
             more = self._step(cutoff, params, report, stop)
             if not report.complete or not more:
                 break
@@ -303,7 +304,7 @@ class TimeWindowConsolidator:
     def _step(self, cutoff: float, params: ClusterParams, report: ConsolidationReport,
               stop: Optional[threading.Event]) -> bool:
         """One bounded step; returns True when more rows are waiting."""
-        memory, store = self.memory, self.memory.store
+        engine, store = self.engine, self.engine.store
         conn = store.reader()
         marks = read_marks(conn, CONSOLIDATION_MARKS)
         queue = read_episode_queue(conn)
@@ -337,7 +338,7 @@ class TimeWindowConsolidator:
         report.candidates += len(fresh) + len(late)
 
         horizon = fresh[-1].stamp if limited else cutoff
-        per_layer = bool(memory.config.consolidation_per_layer)
+        per_layer = bool(engine.config.consolidation_per_layer)
         clusters, noise, deferred, deferred_from = clusters_of(fresh, params, per_layer, horizon)
         if deferred_from is not None:
             new_stamp = deferred_from
@@ -369,8 +370,8 @@ class TimeWindowConsolidator:
                 write_episode_queue(wconn, current)
 
         outcome = write_gists(
-            memory, clusters, lambda rows: draft_gist(rows, kinds, self.writer, "time_window"),
-            memory.now(), stop, finish)
+            engine, clusters, lambda rows: draft_gist(rows, kinds, self.writer, "time_window"),
+            engine.now(), stop, finish)
         report.gist_ids += [make_id(NodeKind.GIST, i) for i in outcome.gist_ids]
         report.observations += outcome.observations
         report.readings += outcome.readings

@@ -413,7 +413,7 @@ class Summarizer:
         def call() -> None:
             try:
                 outcome["reply"] = self.llm.complete(prompt, system=system)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            except BaseException as exc:
                 outcome["error"] = exc
             finally:
                 done.set()

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Optional, Sequence
 
 from emem_ros.core.types import Position, SourceType
+from emem_ros.storage.sqlutil import chunked, marks
 
 ROW_COLUMNS = (
     "o.id, o.stamp, o.layer, o.source_type, o.x, o.y, o.z, o.text_id, o.confidence,"
@@ -180,14 +181,13 @@ class RowMemo:
             return fetch_rows(conn, where, params, order, limit)
         if missing:
             built: dict[int, ObsRow] = {}
-            for start in range(0, len(missing), 900):
-                clause, values = in_list("o.id", missing[start:start + 900])
+            for chunk in chunked(missing):
+                clause, values = in_list("o.id", chunk)
                 built.update((r.id, r) for r in fetch_rows(conn, clause, values, order="o.id"))
             # a row gone between the two reads (archived meanwhile) is left out: as if read a moment later
             out = [row if row is not None else built.get(key[0]) for row, key in zip(out, keys)]
-            out = [row for row in out if row is not None]
         self.reused += len(keys) - len(missing)
-        return out  # type: ignore[return-value]
+        return [row for row in out if row is not None]
 
     def _keep(self, rows: Sequence[ObsRow]) -> None:
         held = self._rows
@@ -204,9 +204,8 @@ class RowMemo:
 def _texts(conn: sqlite3.Connection, ids: set[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     ordered = sorted(ids)
-    for start in range(0, len(ordered), 900):
-        chunk = ordered[start:start + 900]
-        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+    for chunk in chunked(ordered):
+        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))})", chunk))
     return out
 
 
@@ -215,7 +214,7 @@ def in_list(column: str, values: Iterable[int]) -> tuple[str, list[int]]:
     values = [int(v) for v in values]
     if not values:
         return "0", []
-    return f"{column} IN ({','.join('?' * len(values))})", values
+    return f"{column} IN ({marks(len(values))})", values
 
 
 # ---------------------------------------------------------------------- labels
@@ -270,8 +269,8 @@ def _labels_from(text: str, meta: dict[str, Any]) -> list[str]:
         for key in _LIST_KEYS:
             items = meta.get(key)
             if isinstance(items, list):
-                names = [_class_name(item, "") for item in items if isinstance(item, dict)]
-                names = [n.lower() for n in names if n]
+                found = [_class_name(item, "") for item in items if isinstance(item, dict)]
+                names = [n.lower() for n in found if n]
                 if names:
                     return names
     text = text.strip()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from emem_ros.consolidation.archival import ArchiveReport, Archiver
+from emem_ros.consolidation.archival import Archiver, ArchiveReport
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.entities import EntityExtractor, EntityReport
 from emem_ros.consolidation.episodes import EpisodeBook, EpisodeConsolidator, EpisodeReport
@@ -22,7 +22,7 @@ from emem_ros.core.errors import InvalidInputError, StoreError
 from emem_ros.core.periodic import PeriodicThread
 
 if TYPE_CHECKING:  # pragma: no cover
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -67,27 +67,27 @@ def check_config(config: Any) -> None:
 
 
 class ConsolidationService:
-    def __init__(self, memory: "Memory") -> None:
-        check_config(memory.config)
-        self.memory = memory
-        self.summarizer = make_summarizer(memory.llm_client, memory.config.llm_timeout)
+    def __init__(self, engine: "Engine", llm_client: Any = None) -> None:
+        check_config(engine.config)
+        self.engine = engine
+        self.summarizer = make_summarizer(llm_client, engine.config.llm_timeout)
         self.writer = SummaryWriter(self.summarizer)
-        self.book = EpisodeBook(memory)
+        self.book = EpisodeBook(engine)
         self.rows = RowMemo()
         """Rows shared by the time-window and entity passes (see ``RowMemo``)."""
-        self.time_window = TimeWindowConsolidator(memory, self.writer, self.rows)
-        self.episodes = EpisodeConsolidator(memory, self.writer, self.book)
-        self.entities = EntityExtractor(memory, self.summarizer, self.rows)
-        path = Path(memory.config.db_path)
+        self.time_window = TimeWindowConsolidator(engine, self.writer, self.rows)
+        self.episodes = EpisodeConsolidator(engine, self.writer, self.book)
+        self.entities = EntityExtractor(engine, self.summarizer, self.rows)
+        path = Path(engine.config.db_path)
         self.cold = ColdStore(path.with_name(path.name + ".cold"))
-        self.archiver = Archiver(memory, self.cold)
+        self.archiver = Archiver(engine, self.cold)
         self.worker = ConsolidationWorker()
         self.last: dict[str, Any] = {}
         self._timer: Optional[PeriodicThread] = None
         for number in self.book.snapshot().pending:  # abandoned at the last shutdown (or a crash)
             self.submit_episode(number)
-        if memory.config.maintenance_interval > 0:
-            self._timer = PeriodicThread("emem-maintenance-timer", memory.config.maintenance_interval,
+        if engine.config.maintenance_interval > 0:
+            self._timer = PeriodicThread("emem-maintenance-timer", engine.config.maintenance_interval,
                                          self._timer_tick).start()
 
     # ------------------------------------------------------------------ jobs
@@ -115,7 +115,7 @@ class ConsolidationService:
             try:
                 return self.episodes.run(number, stop)
             except Exception:
-                if not (stop.is_set() or self.memory.store.closed):
+                if not (stop.is_set() or self.engine.store.closed):
                     log.exception("consolidating episode %d failed; its observations go to the time window", number)
                     self.book.release(number)
                 raise
@@ -160,7 +160,7 @@ class ConsolidationService:
         return self.archiver.run(stop)
 
     # ------------------------------------------------------------------ hooks and timers
-    def on_episode_end(self, memory: "Memory", number: int, consolidate: bool) -> None:
+    def on_episode_end(self, number: int, consolidate: bool) -> None:
         """Called by ``end_episode``: record the request durably, queue the work, return."""
         self.book.request(number, consolidate)
         if consolidate:

@@ -6,11 +6,11 @@ written for it works here; ``validate()`` turns a bad value into one sentence.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import is_finite_number
 
 
 @dataclass
@@ -76,7 +76,7 @@ class MemoryConfig:
     recency_halflife: float = 3600.0
     similarity_floor: float = 0.2
 
-    # Query cache (emem_ros/agent/query_cache.py)
+    # Query cache (emem_ros/tools/query_cache.py)
     query_cache_enabled: bool = True
     """Answer a repeated question from cache while nothing it depends on was written."""
     query_cache_threshold: float = 0.95
@@ -119,15 +119,15 @@ class MemoryConfig:
                         "log_keep_segments")
         for name in positive:
             value = getattr(self, name)
-            if not _is_number(value) or value <= 0:
+            if not is_finite_number(value) or value <= 0:
                 raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
         for name in non_negative:
             value = getattr(self, name)
-            if not _is_number(value) or value < 0:
+            if not is_finite_number(value) or value < 0:
                 raise InvalidInputError(f"{name} must be zero or a positive number, got {value!r}")
         for name in ("entity_similarity_threshold", "similarity_floor", "query_cache_threshold"):
             value = getattr(self, name)
-            if not _is_number(value) or not -1.0 <= value <= 1.0:
+            if not is_finite_number(value) or not -1.0 <= value <= 1.0:
                 raise InvalidInputError(f"{name} must be a cosine similarity in [-1, 1], got {value!r}")
         if self.flush_batch_size > self.working_memory_size:
             raise InvalidInputError(
@@ -153,5 +153,3 @@ class MemoryConfig:
         return cls(**values).validate()
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -6,7 +6,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -175,6 +175,11 @@ def real_number(value: Any) -> Optional[float]:
         return float(value)
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+def rounded(position: Sequence[float], digits: int = 3) -> Position:
+    """A position for an answer: three floats, rounded to the millimetre."""
+    return (round(float(position[0]), digits), round(float(position[1]), digits), round(float(position[2]), digits))
 
 
 def finite_position(x: Any, y: Any, z: Any = 0.0) -> Optional[Position]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -69,7 +69,7 @@ def is_rejection(exc: Optional[BaseException]) -> bool:
     return False
 
 
-def _first(texts: Sequence[str], mask: np.ndarray) -> str:
+def _first(texts: Sequence[str], mask: Any) -> str:
     index = int(np.flatnonzero(mask)[0])
     text = str(texts[index]) if index < len(texts) else "?"
     return repr(text if len(text) <= 60 else text[:57] + "...")

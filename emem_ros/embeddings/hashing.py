@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from typing import Iterator
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class HashingEmbeddingProvider:
         norms[norms == 0.0] = 1.0
         return out / norms
 
-    def _features(self, text: str):
+    def _features(self, text: str) -> Iterator[tuple[str, float]]:
         words = _TOKEN.findall(text.lower())
         for word in words:
             yield "w:" + word, 1.0

@@ -45,11 +45,11 @@ def ollama_failure(exc: BaseException, *, host: str, model: str, doing: str, tim
     try:
         import httpx
     except ImportError:  # pragma: no cover - httpx comes with ollama
-        httpx = None  # type: ignore[assignment]
+        httpx = None  # type: ignore[assignment]  # optional: only used to name its error types
     try:
         from ollama import ResponseError
     except ImportError:  # pragma: no cover
-        ResponseError = ()  # type: ignore[assignment,misc]
+        ResponseError = ()  # type: ignore[assignment,misc]  # an empty tuple catches nothing
 
     if httpx is not None and isinstance(exc, httpx.TimeoutException):
         return EmemError(f"{where} did not answer within {timeout:g} s while {doing}")

@@ -11,7 +11,7 @@ import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class SentenceTransformerProvider:
         self._dim = dim
         self._batch_size = batch_size
         self._device = device
-        self._model = None
+        self._model: Any = None
         self._lock = threading.Lock()
         self.model_name = "all-MiniLM-L6-v2" if model_path is None else Path(model_path).name
 
@@ -67,7 +67,7 @@ class SentenceTransformerProvider:
     def loaded(self) -> bool:
         return self._model is not None
 
-    def _load(self):
+    def _load(self) -> Any:
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")

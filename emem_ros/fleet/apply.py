@@ -22,8 +22,14 @@ import numpy as np
 from emem_ros.fleet.errors import FleetError
 from emem_ros.fleet.schema import FleetInfo, ensure_partitions
 from emem_ros.fleet.transform import RigidTransform
-from emem_ros.fleet.translate import (AUTOINCREMENT_TABLES, ExperiencesByID, InsertRows, TextEmbedding, UpdateSQL,
-                                      TranslatorState)
+from emem_ros.fleet.translate import (
+    AUTOINCREMENT_TABLES,
+    ExperiencesByID,
+    InsertRows,
+    TextEmbedding,
+    TranslatorState,
+    UpdateSQL,
+)
 
 FLUSH_ORDER = ("texts", "episodes", "gists", "entities", "observations", "edges")
 

@@ -27,6 +27,7 @@ from typing import Iterator, Optional, Sequence
 from emem_ros.fleet.errors import FleetError
 from emem_ros.storage import oplog
 from emem_ros.storage.logcodec import Statement
+from emem_ros.storage.sqlutil import chunked, marks
 
 BASE_PREFIX = "base-"
 
@@ -173,10 +174,8 @@ def _experience_rows(conn: sqlite3.Connection, ids: Sequence[str], columns: Sequ
     rows: dict[str, tuple] = {}
     select = ", ".join(columns)
     id_at = list(columns).index("id")
-    for start in range(0, len(wanted), 900):
-        chunk = wanted[start:start + 900]
-        marks = ",".join("?" * len(chunk))
-        for row in conn.execute(f"SELECT {select} FROM experiences WHERE id IN ({marks})", chunk):
+    for chunk in chunked(wanted):
+        for row in conn.execute(f"SELECT {select} FROM experiences WHERE id IN ({marks(len(chunk))})", chunk):
             rows[row[id_at]] = tuple(row)
     missing = [i for i in wanted if i not in rows]
     if missing:

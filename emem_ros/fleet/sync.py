@@ -31,7 +31,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from emem_ros.fleet import db
 from emem_ros.fleet.apply import EXPERIENCE_COLUMNS, FleetWriter, VectorCodec
@@ -40,8 +40,7 @@ from emem_ros.fleet.local import BaseSnapshot, LocalMemory, LocalState, LogRecor
 from emem_ros.fleet.robots import check_robot_id
 from emem_ros.fleet.schema import FleetInfo, open_fleet
 from emem_ros.fleet.transform import RigidTransform
-from emem_ros.fleet.translate import (AUTOINCREMENT_TABLES, ExperiencesByID, InsertRows, Translator,
-                                      TranslatorState)
+from emem_ros.fleet.translate import AUTOINCREMENT_TABLES, ExperiencesByID, InsertRows, Translator, TranslatorState
 
 log = logging.getLogger(__name__)
 
@@ -271,14 +270,15 @@ class FleetSync:
         return record
 
     # -- one batch --------------------------------------------------------
-    def _translator_state(self, row: dict[str, Any], writer_place) -> TranslatorState:
+    def _translator_state(self, row: dict[str, Any], writer_place: Callable[[float, float, float], Any]
+                          ) -> TranslatorState:
         info = self._info
         assert info is not None and self._vectors is not None
         return TranslatorState(self.robot_id, writer_place, self._vectors,
                                last_ids={k: int(v) for k, v in row["last_ids"].items()},
                                fleet_model=info.model, fleet_dim=info.dim)
 
-    def _writer(self, conn: Any, row: dict[str, Any], experience_rows, upsert: bool = False
+    def _writer(self, conn: Any, row: dict[str, Any], experience_rows: Any, upsert: bool = False
                 ) -> tuple[FleetWriter, TranslatorState]:
         assert self._info is not None and self._vectors is not None
         holder: list[FleetWriter] = []

@@ -436,7 +436,7 @@ class Translator:
         param_index = 0
         position_params: dict[str, int] = {}
         allowed = LOCAL_COLUMNS[table] - {"id"}
-        for column, kind, value in assignments:  # type: ignore[misc]
+        for column, kind, value in assignments:  # type: ignore[misc]  # no None left: checked above
             if column not in allowed:
                 raise self._unsupported(text, f"SET of column {column}")
             if kind == "literal" and value.upper() == "NULL" and column in ARCHIVAL_NULLS.get(table, ()):

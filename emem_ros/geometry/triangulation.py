@@ -249,7 +249,8 @@ def _direction_groups(rays: RaySet) -> _Groups:
         remap = np.full(k, MAX_GROUPS, dtype=np.int64)
         remap[keep] = np.arange(len(keep))
         index = remap[index]
-        sx, sy, cos, sin, reach, view, count = (a[keep] for a in (sx, sy, cos, sin, reach, view, count))
+        sx, sy, cos, sin, reach = sx[keep], sy[keep], cos[keep], sin[keep], reach[keep]
+        view, count = view[keep], count[keep]
     return _Groups(sx, sy, np.arctan2(sin, cos), count.astype(np.float64), view, reach * RANGE_SLACK, index,
                    np.zeros(len(count), dtype=bool))
 

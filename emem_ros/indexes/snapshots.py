@@ -48,7 +48,7 @@ def write_snapshot(folder: Path, stem: str, hwm: int, ext: str, writer: Callable
             except OSError:
                 pass
     fsync_dir(folder)
-    for mark, old in list_snapshots(folder, stem, ext):
+    for _mark, old in list_snapshots(folder, stem, ext):
         if old != final:
             old.unlink(missing_ok=True)
     return final

@@ -161,6 +161,7 @@ class SpatialIndex:
             self._tree, self._tree_size = _bulk_tree(self._ids, self._boxes), len(self._ids)
         else:
             tree = self._tree
+            assert tree is not None  # built on first use (``_ready``) before pending boxes apply
             for ids, boxes in self._pending:
                 for place_id, box in zip(ids.tolist(), boxes.tolist()):
                     tree.insert(place_id, box)

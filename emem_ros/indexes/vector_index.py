@@ -140,7 +140,8 @@ class VectorIndex:
                 return self._search_fewer(vector, k, allowed)
         return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
 
-    def _search_fewer(self, vector, k, allowed):
+    def _search_fewer(self, vector: np.ndarray, k: int,
+                      allowed: Optional[Callable[[int], bool]]) -> tuple[np.ndarray, np.ndarray]:
         while k > 1:
             k //= 2
             try:

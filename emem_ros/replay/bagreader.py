@@ -19,12 +19,12 @@ from rosbags.rosbag2.errors import ReaderError
 from emem_ros.core.errors import EmemError
 
 try:  # Python >= 3.14
-    from compression import zstd  # type: ignore[import-not-found]
+    from compression import zstd  # type: ignore[import-not-found]  # the standard library's from 3.14 on
 except ImportError:  # pragma: no cover - depends on the interpreter
     try:
-        from backports import zstd  # type: ignore[no-redef]
+        from backports import zstd
     except ImportError:
-        zstd = None  # type: ignore[assignment]
+        zstd = None
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SUFFIXES = (".db3", ".mcap")

@@ -62,6 +62,7 @@ def make_progress(total: int, enabled: bool = True, stream: Optional[TextIO] = N
         except ImportError:
             pass
         else:
-            return tqdm(total=total, file=stream, unit="msg", desc=label, mininterval=0.2,  # type: ignore[return-value]
-                        dynamic_ncols=True, leave=False)
+            bar: Progress = tqdm(total=total, file=stream, unit="msg", desc=label, mininterval=0.2,
+                                 dynamic_ncols=True, leave=False)
+            return bar
     return LineProgress(total, stream, label=label)

@@ -58,7 +58,7 @@ def intrinsics_from_camera_info(msg: Any) -> Intrinsics:
         k = getattr(msg, "K", None)  # ROS 1 spelling, some bridges keep it
     try:
         values = [as_float(k[i]) for i in (0, 2, 4, 5)]  # type: ignore[index]
-        width, height = int(getattr(msg, "width")), int(getattr(msg, "height"))
+        width, height = int(msg.width), int(msg.height)
     except (TypeError, IndexError, AttributeError, ValueError) as exc:
         raise ValueError(f"not a CameraInfo with a 3x3 K and an image size ({exc})") from None
     fx, cx, fy, cy = values

@@ -15,7 +15,6 @@ in the same frame as the mug; counters are kept per layer.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 from collections import OrderedDict
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import finite_or_none, is_finite_number
 from emem_ros.ingest.drafts import ObservationDraft
 
 SUBJECT_KEY = "subject"
@@ -54,7 +54,7 @@ class IntakeConfig:
             raise InvalidInputError(f"{prefix}.mode must be 'all' or 'sampled', got {self.mode!r}")
         for name in ("min_period", "value_tolerance", "max_silence"):
             value = getattr(self, name)
-            if not _is_number(value) or value < 0:
+            if not is_finite_number(value) or value < 0:
                 raise InvalidInputError(f"{prefix}.{name} must be zero or a positive number, got {value!r}")
         if not isinstance(self.change_only, bool):
             raise InvalidInputError(f"{prefix}.change_only must be true or false, got {self.change_only!r}")
@@ -143,7 +143,7 @@ class IntakePolicy:
                     silent_long = cfg.max_silence > 0 and elapsed + _EPSILON >= cfg.max_silence
                     if not silent_long:
                         return False
-        self._tracks[key] = _Track(draft.stamp, draft.text, _shape(draft.text), _finite(draft.value))
+        self._tracks[key] = _Track(draft.stamp, draft.text, _shape(draft.text), finite_or_none(draft.value))
         self._tracks.move_to_end(key)
         while len(self._tracks) > self._max_tracks:
             self._tracks.popitem(last=False)
@@ -151,7 +151,7 @@ class IntakePolicy:
 
 
 def _changed(track: _Track, draft: ObservationDraft, tolerance: float) -> bool:
-    value = _finite(draft.value)
+    value = finite_or_none(draft.value)
     if value is not None and track.value is not None:
         # Numbers move a little all the time: compare the value with a tolerance
         # and the words around it exactly ("discharging" -> "charging" is news).
@@ -163,13 +163,3 @@ def _shape(text: str) -> str:
     return _NUMBER.sub("#", text)
 
 
-def _finite(value: Any) -> Optional[float]:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

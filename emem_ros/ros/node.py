@@ -43,13 +43,13 @@ from emem_ros.ros.runtime import ConfigureError, MemoryRuntime
 try:  # rclpy >= Galactic; a fallback keeps the module importable anywhere
     from rclpy.exceptions import ParameterUninitializedException
 except ImportError:  # pragma: no cover
-    class ParameterUninitializedException(Exception):  # type: ignore[no-redef]
+    class ParameterUninitializedException(Exception):  # type: ignore[no-redef]  # absent before Galactic
         pass
 
 try:
     from rclpy.executors import ExternalShutdownException
 except ImportError:  # pragma: no cover
-    class ExternalShutdownException(Exception):  # type: ignore[no-redef]
+    class ExternalShutdownException(Exception):  # type: ignore[no-redef]  # absent in old rclpy
         pass
 
 __all__ = ["MemoryNode", "main"]
@@ -262,9 +262,9 @@ class MemoryNode(LifecycleNode):
             self._memory_subscriptions.append(self.create_subscription(  # best effort hears both kinds
                 runtime.camera_info_type, topic, functools.partial(self._on_camera_info, topic),
                 _qos(CAMERA_INFO_QOS_DEPTH, "best_effort"), callback_group=self._intake_group))
-        for spec in service_table.SERVICES:
+        for service in service_table.SERVICES:
             self._memory_services.append(self.create_service(
-                self._srv_types[spec.name], f"~/{spec.name}", functools.partial(self._on_service, spec.name),
+                self._srv_types[service.name], f"~/{service.name}", functools.partial(self._on_service, service.name),
                 callback_group=self._query_group))
         for timer in runtime.timers():
             self._memory_timers.append(self.create_timer(timer.period, timer.tick,

@@ -406,7 +406,7 @@ def _parse_layers(layer_names: list[str], layer_values: dict[str, dict[str, Any]
     for name in layer_names:
         given = layer_values.get(name, {})
 
-        def get(key: str) -> Any:
+        def get(key: str, given: dict[str, Any] = given) -> Any:
             return given[key] if key in given else _LAYER_BY_KEY[key].default
 
         prefix = f"layers.{name}"

@@ -71,6 +71,10 @@ class IngestOutcome:
     dropped_by_intake: int = 0
 
 
+LIVE_POSE_MAX_AGE = 5.0
+"""Seconds: older odometry is not where the robot is now (get_current_context then reads its memory)."""
+
+
 class IngestPipeline:
     """Adapters, intake policies and odometry history in front of one ``Memory``.
 
@@ -105,6 +109,14 @@ class IngestPipeline:
         self._unknown_layers: Counter = Counter()
         self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
+
+    def live_pose(self) -> Optional[Position]:
+        """The robot's pose now (the newest odometry, if at most ``LIVE_POSE_MAX_AGE`` s old on the memory's clock)."""
+        latest = self.poses.latest()
+        if latest is None or self.memory.now() - latest.stamp > max(LIVE_POSE_MAX_AGE,
+                                                                     self.params.odom_max_extrapolation):
+            return None
+        return latest.position
 
     # ------------------------------------------------------------------ input
     def on_odometry(self, msg: Any, receive_time: Optional[float] = None) -> bool:

@@ -100,17 +100,16 @@ class PoseHistory:
 
         A NaN or infinite ``yaw`` keeps the position and drops only the heading.
         """
-        values = [as_float(v) for v in (stamp, x, y, z)]
+        t, px, py, pz = (as_float(v) for v in (stamp, x, y, z))
         heading = as_float(yaw)
         with self._lock:
-            if any(v is None for v in values) or values[0] <= 0:  # type: ignore[operator]
+            if t is None or px is None or py is None or pz is None or t <= 0:
                 self._stats.rejected_nonfinite += 1
                 return False
             frame = _frame(frame_id)
             if self.frame_id and frame and frame != self.frame_id:
                 self._stats.rejected_frame += 1
                 return False
-            t, px, py, pz = values  # type: ignore[misc]
             sample = PoseSample(t, px, py, pz, frame or self.frame_id,
                                 _wrap(heading) if heading is not None else None)
             if self._stamps and t < self._stamps[-1] - self.max_age:
@@ -236,12 +235,12 @@ def from_odometry(msg: Any, receive_time: Optional[float] = None) -> tuple[float
         stamp = as_float(receive_time)
         if stamp is None:
             raise InvalidInputError("odometry has a zero stamp and no receive time was given")
-    coords = [as_float(v) for v in (x, y, z)]
-    if any(c is None for c in coords):
+    px, py, pz = (as_float(v) for v in (x, y, z))
+    if px is None or py is None or pz is None:
         raise InvalidInputError(f"odometry position is not finite: ({x!r}, {y!r}, {z!r})")
     if not isinstance(frame, str):
         raise InvalidInputError(f"odometry frame_id must be a string, got {type(frame).__name__}")
-    return (stamp, coords[0], coords[1], coords[2], frame)  # type: ignore[return-value]
+    return (stamp, px, py, pz, frame)
 
 
 def heading_of(msg: Any) -> Optional[float]:
@@ -253,10 +252,9 @@ def heading_of(msg: Any) -> Optional[float]:
     q = getattr(getattr(getattr(msg, "pose", None), "pose", None), "orientation", None)
     if q is None:
         return None
-    values = [as_float(getattr(q, name, None)) for name in ("x", "y", "z", "w")]
-    if any(v is None for v in values):
+    qx, qy, qz, qw = (as_float(getattr(q, name, None)) for name in ("x", "y", "z", "w"))
+    if qx is None or qy is None or qz is None or qw is None:
         return None
-    qx, qy, qz, qw = values  # type: ignore[misc]
     norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
     if norm < 1e-6:
         return None

@@ -117,6 +117,7 @@ class MemoryRuntime:
         except Exception:
             self._close_quietly(memory)
             raise
+        memory.set_live_pose(pipeline.live_pose)  # get_current_context reports where the robot is now
         with self._lock:
             self.params, self.memory, self.pipeline = params, memory, pipeline
             self.layer_types, self.odometry_type = layer_types, odometry_type
@@ -160,7 +161,9 @@ class MemoryRuntime:
     def _open(self, params: NodeParams) -> Any:
         build = self._build
         if build is None:
-            from emem_ros.ros.factory import build_memory as build
+            from emem_ros.ros.factory import build_memory
+
+            build = build_memory
         try:
             return build(params, self.clock)
         except EmemError as exc:

@@ -8,6 +8,7 @@ from SQLite, never failing the write that already succeeded.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -16,7 +17,10 @@ from typing import Any, Callable
 import numpy as np
 
 from emem_ros.core.types import Position
+from emem_ros.indexes.spatial_index import SpatialIndex
+from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.sqlutil import chunked, marks
 
 log = logging.getLogger(__name__)
@@ -33,11 +37,11 @@ VECTOR_TABLES = {
 }
 
 
-class DerivedIndexesMixin:
+class DerivedIndexesMixin(StoreBase):
     """``MemoryStore``'s derived indexes: ``vectors`` (name -> VectorIndex) and ``places`` (R-tree)."""
 
     # ------------------------------------------------------------------ derived indexes
-    def _open_indexes(self) -> None:
+    def open_indexes(self) -> None:
         started = time.perf_counter()
         report: dict[str, Any] = {name: self._reconcile_index(name, load=True) for name in VECTOR_TABLES}
         report["places"] = self._reconcile_index("places", load=True)
@@ -60,11 +64,10 @@ class DerivedIndexesMixin:
         loaded = index.load(self.index_dir, top) if load else False
         if load and not loaded and len(expected):
             log.info("%s: no usable snapshot, rebuilding %d vectors from SQLite", name, len(expected))
-        missing, extra = index.reconcile(
-            expected, lambda ids, t=table, c=label: self._fetch_vectors(t, ids, c))
+        missing, extra = index.reconcile(expected, functools.partial(self._fetch_vectors, table, label=label))
         return {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(index)}
 
-    def _update_index(self, name: str, update: Callable[[], None]) -> None:
+    def update_index(self, name: str, update: Callable[[], None]) -> None:
         """Apply a committed change to a derived index; on failure mark it stale, never raise.
 
         The rows are in SQLite already: raising here would make the caller retry
@@ -76,36 +79,35 @@ class DerivedIndexesMixin:
         except Exception:
             log.exception("the %s index could not take rows that are already stored; rebuilding it from SQLite",
                           name)
-            self._stale.add(name)
-        if self._stale:
-            with self._write_lock:  # reconcile reads through the writer connection
-                self._repair_stale()
+            self.state.stale.add(name)
+        if self.state.stale:
+            with self.state.write_lock:  # reconcile reads through the writer connection
+                self.repair_stale()
 
-    def _repair_stale(self) -> None:
-        for name in sorted(self._stale):
+    def repair_stale(self) -> None:
+        for name in sorted(self.state.stale):
             try:
                 self._reconcile_index(name)
             except Exception as exc:
                 log.warning("the %s index is still behind SQLite (%s); it is caught up at the next write or"
                             " open", name, exc)
             else:
-                self._stale.discard(name)
+                self.state.stale.discard(name)
                 log.warning("the %s index was caught up from SQLite", name)
 
     @property
     def stale_indexes(self) -> frozenset[str]:
-        return frozenset(self._stale)
+        return frozenset(self.state.stale)
 
     def _ids(self, sql: str) -> np.ndarray:
-        rows = self._conn.execute(sql).fetchall()
+        rows = self.state.conn.execute(sql).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
     def _fetch_vectors(self, table: str, ids: np.ndarray, label: str = "id") -> np.ndarray:
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         position = {int(i): n for n, i in enumerate(ids.tolist())}
-        for chunk in chunked(ids):
-            chunk = chunk.tolist()
-            for row_id, blob in self._conn.execute(
+        for chunk in chunked(ids.tolist()):
+            for row_id, blob in self.state.conn.execute(
                 f"SELECT {label}, embedding FROM {table} WHERE {label} IN ({marks(len(chunk))})", chunk
             ):
                 out[position[row_id]] = codec.blob_to_vector(blob, self.dim)
@@ -114,9 +116,8 @@ class DerivedIndexesMixin:
     def _fetch_place_boxes(self, ids: np.ndarray) -> np.ndarray:
         boxes = np.empty((len(ids), 6), dtype=np.float64)
         position = {int(i): n for n, i in enumerate(ids.tolist())}
-        for chunk in chunked(ids):
-            chunk = chunk.tolist()
-            for row_id, cx, cy, cz in self._conn.execute(
+        for chunk in chunked(ids.tolist()):
+            for row_id, cx, cy, cz in self.state.conn.execute(
                 f"SELECT id, cx, cy, cz FROM places WHERE id IN ({marks(len(chunk))})", chunk
             ):
                 boxes[position[row_id]] = self.cell_box(cx, cy, cz)
@@ -139,17 +140,18 @@ class DerivedIndexesMixin:
         so it is a warning (logged once per open), not an error that would stop
         a close. Returns whether every snapshot was written.
         """
-        if self._stale:
-            with self._write_lock:
-                self._repair_stale()
+        if self.state.stale:
+            with self.state.write_lock:
+                self.repair_stale()
         ok = True
-        for name, index in [*self.vectors.items(), ("places", self.places)]:
+        snapshots: list[tuple[str, VectorIndex | SpatialIndex]] = [*self.vectors.items(), ("places", self.places)]
+        for name, index in snapshots:
             try:
                 index.save(self.index_dir)
             except Exception as exc:
                 ok = False
-                if not self._save_warned:
-                    self._save_warned = True
+                if not self.state.save_warned:
+                    self.state.save_warned = True
                     log.warning("could not save the %s index snapshot in %s (%s: %s); the memory itself is"
                                 " safe and the index is rebuilt from it on the next open (warned once)",
                                 name, self.index_dir, type(exc).__name__, exc)

@@ -20,7 +20,7 @@ from emem_ros.core.errors import MemoryInUseError
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on POSIX
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # no fcntl on Windows: the lock falls back to O_EXCL
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,16 @@ import numpy as np
 from emem_ros.core.errors import UnknownNodeError
 from emem_ros.core.types import Entity, Episode, EpisodeStatus, Gist, NodeKind, Position, Tier, make_id
 from emem_ros.storage import codec
-from emem_ros.storage.sqlutil import chunked, marks
+from emem_ros.storage.base import StoreBase
+from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 
 
-class GraphMixin:
+class GraphMixin(StoreBase):
     """``MemoryStore``'s episode, gist, entity and edge methods."""
 
     # ------------------------------------------------------------------ episodes
     def create_episode(self, name: str, start: float, parent_id: Optional[int] = None,
-                       goal: Optional[str] = None, metadata: Optional[dict] = None) -> int:
+                       goal: Optional[str] = None, metadata: Optional[dict[str, Any]] = None) -> int:
         with self.write() as conn:
             if parent_id is not None and not conn.execute(
                     "SELECT 1 FROM episodes WHERE id=?", (parent_id,)).fetchone():
@@ -35,7 +36,7 @@ class GraphMixin:
                 (name, start, EpisodeStatus.ACTIVE.value, parent_id,
                  previous[0] if previous else None, goal, codec.dumps(metadata)),
             )
-            return int(cursor.lastrowid)
+            return inserted_id(cursor)
 
     def finish_episode(self, episode_id: int, end: float, *, status: str = EpisodeStatus.COMPLETED.value,
                        result: Optional[str] = None, reflection: Optional[str] = None,
@@ -57,7 +58,7 @@ class GraphMixin:
                          (summary, codec.vector_to_blob(embedding) if embedding is not None else None,
                           episode_id))
         if embedding is not None:
-            self._update_index("episodes", lambda: self.vectors["episodes"].add(
+            self.update_index("episodes", lambda: self.vectors["episodes"].add(
                 np.array([episode_id]), np.asarray(embedding).reshape(1, -1)))
 
     EPISODE_COLUMNS = ("id, name, start, end, status, parent_id, previous_id, summary, goal, action,"
@@ -66,9 +67,11 @@ class GraphMixin:
     def episode_from_row(self, row: Sequence[Any]) -> Episode:
         (eid, name, start, end, status, parent, previous, summary, goal, action,
          result, reflection, success, metadata) = row
-        ep = lambda n: make_id(NodeKind.EPISODE, n) if n is not None else None  # noqa: E731
+        def ep(n: Optional[int]) -> Optional[str]:
+            return make_id(NodeKind.EPISODE, n) if n is not None else None
+
         return Episode(
-            id=ep(eid), name=name, start=start, end=end, status=status, parent_id=ep(parent),
+            id=make_id(NodeKind.EPISODE, eid), name=name, start=start, end=end, status=status, parent_id=ep(parent),
             previous_id=ep(previous), summary=summary or "", goal=goal, action=action, result=result,
             reflection=reflection, success=None if success is None else bool(success),
             metadata=codec.loads(metadata),
@@ -108,7 +111,7 @@ class GraphMixin:
     def add_gist(self, conn: sqlite3.Connection, *, text: str, centroid: Optional[Position], radius: float,
                  time_start: float, time_end: float, observation_ids: Sequence[int], layers: Sequence[str],
                  embedding: Optional[np.ndarray], episode_id: Optional[int] = None,
-                 metadata: Optional[dict] = None, now: Optional[float] = None,
+                 metadata: Optional[dict[str, Any]] = None, now: Optional[float] = None,
                  linked_ids: Sequence[int] = ()) -> int:
         """Insert a gist inside the caller's write transaction and promote its sources.
 
@@ -125,7 +128,7 @@ class GraphMixin:
              json.dumps(sorted(set(layers))), episode_id, now, codec.dumps(metadata),
              codec.vector_to_blob(embedding) if embedding is not None else None),
         )
-        gist_id = int(cursor.lastrowid)
+        gist_id = inserted_id(cursor)
         conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
         ids = list(map(int, observation_ids))
         ids += map(int, linked_ids)
@@ -139,7 +142,7 @@ class GraphMixin:
 
     def index_gist(self, gist_id: int, embedding: Optional[np.ndarray]) -> None:
         if embedding is not None:
-            self._update_index("gists", lambda: self.vectors["gists"].add(
+            self.update_index("gists", lambda: self.vectors["gists"].add(
                 np.array([gist_id]), np.asarray(embedding).reshape(1, -1)))
 
     def get_gists(self, ids: Sequence[int]) -> list[Gist]:
@@ -161,7 +164,7 @@ class GraphMixin:
     def get_entities(self, ids: Sequence[int]) -> list[Entity]:
         return self._records_by_id("entities", self.ENTITY_COLUMNS, ids, self.entity_from_row)
 
-    def _records_by_id(self, table: str, columns: str, ids: Sequence[int], from_row: Callable[[Any], Any]) -> list:
+    def _records_by_id(self, table: str, columns: str, ids: Sequence[int], from_row: Callable[[Any], Any]) -> list[Any]:
         """Rows of ``table`` by id as records, in the order asked (missing ids skipped)."""
         ids = [int(i) for i in ids]
         found = {}

@@ -7,63 +7,35 @@ the observations of one text in one grid cell (the R-tree holds places).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import sqlite3
 import time
-from collections import OrderedDict
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from emem_ros.core.types import Tier
 from emem_ros.storage import codec
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.records import _INTEROCEPTION, EmbedFn, NewObservation, WriteReport
 from emem_ros.storage.sqlutil import chunked, marks
 
 log = logging.getLogger(__name__)
 
 
-class TextCache:
-    """LRU of text -> (text id, has vector): a repeated string costs a dict lookup."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[str, tuple[int, bool]] = OrderedDict()
-
-    def get(self, text: str) -> Optional[tuple[int, bool]]:
-        item = self._items.get(text)
-        if item is not None:
-            self._items.move_to_end(text)
-        return item
-
-    def put(self, text: str, text_id: int, has_vector: bool) -> None:
-        self._items[text] = (text_id, has_vector)
-        self._items.move_to_end(text)
-        while len(self._items) > self._capacity:
-            self._items.popitem(last=False)
-
-    def discard(self, text: str) -> None:
-        self._items.pop(text, None)
-
-    def clear(self) -> None:
-        self._items.clear()
-
-
-
-class IngestWriteMixin:
+class IngestWriteMixin(StoreBase):
     """``MemoryStore.write_observations`` and what it needs; ``backfill_vectors`` after an outage."""
 
     # ------------------------------------------------------------------ ingest
     def forget_texts(self, texts: Sequence[str]) -> None:
         """Drop texts from the text cache (their rows were deleted: archival)."""
         for text in texts:
-            self._text_cache.discard(text)
+            self.state.text_cache.discard(text)
 
     def allocate_observation_id(self) -> int:
-        with self._id_lock:
-            value = self._next_obs_id
-            self._next_obs_id += 1
-            return value
+        return self.state.ids.allocate()
 
     def write_observations(self, batch: Sequence[NewObservation], embed: EmbedFn, *,
                            defer_vectors: bool = False) -> WriteReport:
@@ -81,7 +53,7 @@ class IngestWriteMixin:
         started = time.perf_counter()
         if not batch:
             return WriteReport()
-        with self._write_lock:
+        with self.state.write_lock:
             fresh = self._not_yet_stored(batch)
             report = WriteReport(observations=len(fresh), skipped=len(batch) - len(fresh))
             batch = fresh
@@ -90,7 +62,7 @@ class IngestWriteMixin:
             known = self._lookup_texts({o.text for o in batch})
             vectors = self._vectors_for(batch, known, embed, report if defer_vectors else None)
             now = time.time()
-            max_place = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM places").fetchone()[0]
+            max_place = self.state.conn.execute("SELECT COALESCE(MAX(id), 0) FROM places").fetchone()[0]
             with self.write() as conn:
                 text_ids, new_vector_ids = self._store_texts(conn, batch, known, vectors, report)
                 conn.executemany(
@@ -125,21 +97,21 @@ class IngestWriteMixin:
             # Committed. From here nothing may raise: the caller would retry a
             # write that succeeded. Derived indexes that fail are repaired from
             # SQLite (a crash here is repaired by reconcile on the next open).
-            self._max_stored_obs_id = max(self._max_stored_obs_id, max(o.id for o in batch))
+            self.state.ids.stored(max(o.id for o in batch))
             if report.deferred_vectors:
                 self.vectors_pending = True
             for text, (text_id, has_vector) in known.items():
-                self._text_cache.put(text, text_id, has_vector)
+                self.state.text_cache.put(text, text_id, has_vector)
             if new_vector_ids:
                 ids = np.array([tid for tid, _ in new_vector_ids], dtype=np.int64)
-                self._update_index("texts", lambda: self.vectors["texts"].add(
+                self.update_index("texts", lambda: self.vectors["texts"].add(
                     ids, np.stack([v for _, v in new_vector_ids]), parallel=True))
             if new_places:
-                self._update_index("places", lambda: self.places.insert(
+                self.update_index("places", lambda: self.places.insert(
                     np.array([p[0] for p in new_places], dtype=np.int64),
                     np.array([self.cell_box(*p[1:]) for p in new_places], dtype=np.float64)))
-            elif self._stale:
-                self._repair_stale()
+            elif self.state.stale:
+                self.repair_stale()
             report.new_places = len(new_places)
         report.seconds = time.perf_counter() - started
         return report
@@ -149,12 +121,12 @@ class IngestWriteMixin:
 
         Ids only grow, so a fresh batch is recognised without a query.
         """
-        if min(o.id for o in batch) > self._max_stored_obs_id:
+        if min(o.id for o in batch) > self.state.ids.max_stored:
             return list(batch)
-        low = [o.id for o in batch if o.id <= self._max_stored_obs_id]
+        low = [o.id for o in batch if o.id <= self.state.ids.max_stored]
         stored: set[int] = set()
         for chunk in chunked(low):
-            stored.update(r[0] for r in self._conn.execute(
+            stored.update(r[0] for r in self.state.conn.execute(
                 f"SELECT id FROM observations WHERE id IN ({marks(len(chunk))})", chunk))
         if stored:
             log.warning("skipping %d observation(s) that are already stored (a retried batch)", len(stored))
@@ -169,8 +141,8 @@ class IngestWriteMixin:
         if not self.vectors_pending:
             return 0
         done = 0
-        with self._write_lock:
-            rows = self._conn.execute(
+        with self.state.write_lock:
+            rows = self.state.conn.execute(
                 "SELECT t.id, t.text FROM texts t WHERE t.embedding IS NULL AND EXISTS"
                 " (SELECT 1 FROM observations o WHERE o.text_id = t.id AND o.source_type != ?) ORDER BY t.id",
                 (_INTEROCEPTION,),
@@ -181,9 +153,9 @@ class IngestWriteMixin:
                     conn.executemany("UPDATE texts SET embedding=? WHERE id=? AND embedding IS NULL",
                                      [(codec.vector_to_blob(v), r[0]) for v, r in zip(vectors, chunk)])
                 ids = np.array([r[0] for r in chunk], dtype=np.int64)
-                self._update_index("texts", lambda: self.vectors["texts"].add(ids, vectors))
+                self.update_index("texts", functools.partial(self.vectors["texts"].add, ids, vectors))
                 for text_id, text in chunk:
-                    self._text_cache.put(text, text_id, True)
+                    self.state.text_cache.put(text, text_id, True)
                 done += len(chunk)
             with self.write() as conn:
                 conn.execute("DELETE FROM meta WHERE key='vectors_pending'")
@@ -196,13 +168,13 @@ class IngestWriteMixin:
         known: dict[str, tuple[int, bool]] = {}
         misses = []
         for text in texts:
-            hit = self._text_cache.get(text)
+            hit = self.state.text_cache.get(text)
             if hit is None:
                 misses.append(text)
             else:
                 known[text] = hit
         for chunk in chunked(misses):
-            for text_id, text, has_vector in self._conn.execute(
+            for text_id, text, has_vector in self.state.conn.execute(
                 f"SELECT id, text, embedding IS NOT NULL FROM texts WHERE text IN ({marks(len(chunk))})", chunk
             ):
                 known[text] = (text_id, bool(has_vector))
@@ -244,7 +216,9 @@ class IngestWriteMixin:
                 vectors[text] = vector
         return vectors
 
-    def _store_texts(self, conn, batch, known, vectors, report):
+    def _store_texts(self, conn: sqlite3.Connection, batch: Sequence[NewObservation],
+                     known: dict[str, tuple[int, bool]], vectors: dict[str, np.ndarray],
+                     report: WriteReport) -> tuple[dict[str, int], list[tuple[int, np.ndarray]]]:
         """Insert the batch's new texts (two statements for all of them) and set vectors of known ones."""
         text_ids: dict[str, int] = {t: v[0] for t, v in known.items()}
         new_vector_ids: list[tuple[int, np.ndarray]] = []
@@ -273,8 +247,9 @@ class IngestWriteMixin:
         report.embedded = len(vectors)
         return text_ids, new_vector_ids
 
-    def upsert_places(self, conn, batch, text_ids) -> None:
-        groups: dict[tuple, list] = {}
+    def upsert_places(self, conn: sqlite3.Connection, batch: Sequence[NewObservation],
+                      text_ids: dict[str, int]) -> None:
+        groups: dict[tuple[int, str, int, int, int], list[Any]] = {}
         size, floor, body = self.cell_size, math.floor, _INTEROCEPTION
         for o in batch:
             position = o.position
@@ -306,4 +281,4 @@ class IngestWriteMixin:
             " last_stamp = MAX(last_stamp, excluded.last_stamp)",
             [(*key, *g) for key, g in groups.items()],
         )
-        self._touched_places.extend(groups)
+        self.state.announced.touched_places.extend(groups)

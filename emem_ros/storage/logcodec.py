@@ -32,7 +32,7 @@ import base64
 import json
 import struct
 import zlib
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -50,7 +50,7 @@ def _v1_default(value: Any) -> Any:
     raise TypeError(f"cannot log a value of type {type(value).__name__}")
 
 
-def _v1_hook(obj: dict) -> Any:
+def _v1_hook(obj: dict[str, Any]) -> Any:
     if len(obj) == 1 and "$b" in obj:
         return base64.b64decode(obj["$b"])
     return obj
@@ -262,13 +262,14 @@ def _put_columns(out: bytearray, rows: list[list[Any]], blobs: list[int]) -> Non
         _put_column(out, column, n_rows, blobs)
 
 
-def _put_column(out: bytearray, column: tuple, n_rows: int, blobs: list[int]) -> None:
+def _put_column(out: bytearray, column: tuple[Any, ...], n_rows: int, blobs: list[int]) -> None:
     types = set(map(type, column))
     if types == {type(None)}:
         out += _C_NONE
         return
     numeric = types - {type(None)}
     if numeric == {float} or numeric == {int}:
+        values: Sequence[Any]
         if len(numeric) == len(types):  # no NULL: the common case, without a pass per value
             present = None
             values = column
@@ -375,11 +376,11 @@ def _put_text(out: bytearray, text: str) -> None:
 
 def _shuffle(raw: bytes, lane: int) -> bytes:
     """Byte ``k`` of every item together, for k = 0..lane-1 (lossless; compresses better)."""
-    return np.frombuffer(raw, dtype=np.uint8).reshape(-1, lane).T.tobytes()
+    return bytes(np.frombuffer(raw, dtype=np.uint8).reshape(-1, lane).T.tobytes())
 
 
 def _unshuffle(raw: bytes, lane: int) -> bytes:
-    return np.frombuffer(raw, dtype=np.uint8).reshape(lane, -1).T.tobytes()
+    return bytes(np.frombuffer(raw, dtype=np.uint8).reshape(lane, -1).T.tobytes())
 
 
 # -- reading helpers ------------------------------------------------------
@@ -402,9 +403,9 @@ class _Reader:
         return self.take(1)[0]
 
     def u32(self) -> int:
-        return _U32.unpack(self.take(4))[0]
+        return int(_U32.unpack(self.take(4))[0])
 
-    def str(self) -> str:
+    def text(self) -> str:
         return self.take(self.u32()).decode("utf-8")
 
     def sql(self) -> str:
@@ -430,11 +431,11 @@ class _Reader:
         if tag == _T_INT:
             return _I64.unpack(self.take(8))[0]
         if tag == _T_BIGINT:
-            return int(self.str())
+            return int(self.text())
         if tag == _T_FLOAT:
             return _F64.unpack(self.take(8))[0]
         if tag == _T_STR:
-            return self.str()
+            return self.text()
         if tag == _T_BYTES:
             return self.take(self.u32())
         if tag == _T_BYTES4:
@@ -442,7 +443,7 @@ class _Reader:
         if tag == _T_LIST:
             return [self.value() for _ in range(self.u32())]
         if tag == _T_DICT:
-            return {self.str(): self.value() for _ in range(self.u32())}
+            return {self.text(): self.value() for _ in range(self.u32())}
         raise CodecError(f"unknown value tag {tag!r}")
 
 
@@ -473,10 +474,12 @@ def _get_column(reader: _Reader, n_rows: int) -> list[Any]:
             present = np.unpackbits(bits, count=n_rows).astype(bool)
         count = reader.u32()
         raw = _unshuffle(reader.take(count * 8), 8)
+        numbers: list[Any]
         if kind == _C_FLOAT:
-            values = np.frombuffer(raw, dtype="<f8").tolist()
+            numbers = np.frombuffer(raw, dtype="<f8").tolist()
         else:
-            values = np.cumsum(np.frombuffer(raw, dtype="<i8"), dtype=np.int64).tolist()
+            numbers = np.cumsum(np.frombuffer(raw, dtype="<i8"), dtype=np.int64).tolist()
+        values = numbers
         if present is None:
             if count != n_rows:
                 raise CodecError("column length does not match its row count")

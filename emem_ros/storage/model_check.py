@@ -14,6 +14,7 @@ import time
 
 from emem_ros.core.errors import EmbeddingMismatchError
 from emem_ros.storage import codec
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.derived_indexes import VECTOR_TABLES
 from emem_ros.storage.records import EmbedFn
 from emem_ros.storage.sqlutil import chunked
@@ -31,7 +32,7 @@ def _reembed_target(marker: str) -> tuple[str, int]:
 
 
 
-class ModelCheckMixin:
+class ModelCheckMixin(StoreBase):
     """``MemoryStore``'s model check at open and ``reembed_all``."""
 
     def _check_model(self) -> bool:
@@ -42,7 +43,7 @@ class ModelCheckMixin:
         other model needs ``rebuild_on_model_change`` (it then re-embeds with
         that one), else the open is refused rather than mixing vector spaces.
         """
-        rows = dict(self._conn.execute(
+        rows = dict(self.state.conn.execute(
             "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim', 'reembed_target')"
         ).fetchall())
         if "embedding_model" not in rows:
@@ -94,8 +95,8 @@ class ModelCheckMixin:
         """
         target = json.dumps({"model": self.model_name, "dim": self.dim})
         done = 0
-        with self._write_lock:
-            rows = dict(self._conn.execute(
+        with self.state.write_lock:
+            rows = dict(self.state.conn.execute(
                 "SELECT key, value FROM meta WHERE key IN ('reembed_target', 'reembed_done')").fetchall())
             progress: dict[str, int] = {}
             if rows.get("reembed_target") == target:
@@ -105,7 +106,7 @@ class ModelCheckMixin:
                     conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
                                      [("reembed_target", target), ("reembed_done", "{}")])
             for name, (table, label, column) in VECTOR_TABLES.items():
-                rows_ = self._conn.execute(
+                rows_ = self.state.conn.execute(
                     f"SELECT {label}, {column} FROM {table} WHERE embedding IS NOT NULL AND {label} > ?"
                     f" ORDER BY {label}", (progress.get(name, -(2 ** 62)),)
                 ).fetchall()
@@ -132,5 +133,5 @@ class ModelCheckMixin:
                 except OSError as exc:  # the open below ignores snapshots it cannot trust
                     log.warning("could not remove the old index file %s: %s", path, exc)
             self.needs_reembed = False
-            self._open_indexes()
+            self.open_indexes()
         return done

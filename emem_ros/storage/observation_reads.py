@@ -9,6 +9,7 @@ import numpy as np
 from emem_ros.core.errors import UnknownNodeError
 from emem_ros.core.types import NodeKind, Observation, Position, make_id, parse_id
 from emem_ros.storage import codec
+from emem_ros.storage.base import StoreBase
 from emem_ros.storage.records import Place
 from emem_ros.storage.sqlutil import chunked, marks
 
@@ -18,7 +19,7 @@ OBSERVATION_COLUMNS = (
 )
 
 
-class ObservationReadsMixin:
+class ObservationReadsMixin(StoreBase):
     """``MemoryStore``'s reads of observations and places (through each thread's reader connection)."""
 
     # ------------------------------------------------------------------ reading observations

@@ -26,12 +26,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sqlite3
 import struct
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 from emem_ros.storage import logcodec
 from emem_ros.storage.logcodec import Statement
@@ -88,7 +89,7 @@ class OpLog:
         self._encode = ENCODERS[magic]
         self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._handle = None
+        self._handle: Optional[BinaryIO] = None
         self._size = 0  # bytes in the open segment (tell() would cost a system call per append)
         self.torn_bytes_cut = 0
         self.last_seq = self._recover_tail()
@@ -123,7 +124,7 @@ class OpLog:
                 os.fsync(handle.fileno())
         return last
 
-    def _writer(self, seq: int):
+    def _writer(self, seq: int) -> BinaryIO:
         if self._handle is not None and self._size < self.segment_bytes:
             return self._handle
         if self._handle is not None:
@@ -136,9 +137,10 @@ class OpLog:
             last = segments[-1][1]
             size = last.stat().st_size
             if size < self.segment_bytes and _magic_of(last) == self.magic:
-                self._handle = open(last, "ab", buffering=0)
+                handle: BinaryIO = open(last, "ab", buffering=0)
+                self._handle = handle
                 self._size = size
-                return self._handle
+                return handle
         # A new segment is named by its first record; a file of that name can only
         # be an empty segment (e.g. an old-format one holding no record yet).
         path = self.folder / f"{seq:012d}.seg"
@@ -216,7 +218,7 @@ class OpLog:
             upto_seq = min(upto_seq, hold)
         removed = 0
         segments = self.segments()
-        for n, (first_seq, path) in enumerate(segments[:-1]):
+        for n, (_first_seq, path) in enumerate(segments[:-1]):
             if segments[n + 1][0] - 1 <= upto_seq:
                 path.unlink()
                 removed += 1
@@ -315,7 +317,7 @@ def lowest_hold(folder: Path) -> Optional[int]:
     return min(holds) if holds else None
 
 
-def _write_all(handle, head: bytes, payload: bytes) -> None:
+def _write_all(handle: BinaryIO, head: bytes, payload: bytes) -> None:
     """One system call per record; an unbuffered write may take only part (a signal, a full disk)."""
     total = len(head) + len(payload)
     written = _writev(handle.fileno(), (head, payload)) if _writev is not None else handle.write(head + payload)
@@ -337,7 +339,7 @@ def _magic_of(path: Path) -> bytes:
         return handle.read(MAGIC_SIZE)
 
 
-def _scan(handle, tolerate_tail: bool) -> Iterator[tuple[int, bytes, int]]:
+def _scan(handle: BinaryIO, tolerate_tail: bool) -> Iterator[tuple[int, bytes, int]]:
     """(seq, payload, end offset) of each record whose checksum holds."""
     while True:
         start = handle.tell()
@@ -363,17 +365,17 @@ class RecordingConnection:
 
     _MUTATING = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self.statements: list[Statement] = []
 
-    def execute(self, sql: str, params: Any = ()):
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         cursor = self._conn.execute(sql, params)
         if sql.lstrip()[:7].upper().startswith(self._MUTATING):
             self.statements.append((sql, list(params) if not isinstance(params, dict) else params, False))
         return cursor
 
-    def executemany(self, sql: str, rows: Any):
+    def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
         # The rows are logged as given (tuples or lists: the encoder reads both by column), not copied.
         rows = rows if type(rows) is list else list(rows)
         cursor = self._conn.executemany(sql, rows)
@@ -385,7 +387,7 @@ class RecordingConnection:
         return getattr(self._conn, name)
 
 
-def apply_record(conn, record: Record) -> None:
+def apply_record(conn: sqlite3.Connection, record: Record) -> None:
     for sql, params, many in record.statements:
         sql = logcodec.LEGACY_SQL.get(sql, sql)
         if many:

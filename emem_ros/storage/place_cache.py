@@ -19,22 +19,24 @@ results.
 
 from __future__ import annotations
 
+import logging
 import math
+import sqlite3
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.storage.events import Commit, PlaceKey
 from emem_ros.storage.place_grid import CellGrid
-from emem_ros.storage.sqlutil import chunked
+from emem_ros.storage.sqlutil import chunked, marks
 
-if TYPE_CHECKING:
-    from emem_ros.storage.store import MemoryStore
+log = logging.getLogger(__name__)
 
-Key = tuple[int, str, int, int, int]
-"""(text_id, layer, cx, cy, cz): the places table's unique key."""
+Key = PlaceKey
+Reader = Callable[[], sqlite3.Connection]
 
 COLUMNS = "id, text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id, cx, cy, cz"
 MAX_ROWS = 1_000_000
@@ -103,7 +105,7 @@ class PlaceArrays:
         return len(self.id)
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple]) -> "PlaceArrays":
+    def from_rows(cls, rows: Sequence[tuple[Any, ...]]) -> "PlaceArrays":
         if not rows:
             return cls.empty()
         cols = list(zip(*rows))
@@ -119,7 +121,7 @@ class PlaceArrays:
                                                                                "cz") else np.float64)
                      for f in cls.FIELDS))
 
-    def take(self, index) -> "PlaceArrays":
+    def take(self, index: np.ndarray) -> "PlaceArrays":
         return PlaceArrays(*(getattr(self, f)[index] for f in self.FIELDS))
 
     @classmethod
@@ -131,7 +133,7 @@ class PlaceArrays:
             return parts[0]
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.FIELDS))
 
-    def rows(self) -> list[tuple]:
+    def rows(self) -> list[tuple[Any, ...]]:
         """As the tuples ``SELECT id, text_id, layer, count, sx, sy, sz, first, last, last_obs`` gives."""
         count = [int(c) for c in self.count.tolist()]
         return list(zip(self.id.tolist(), self.text_id.tolist(), self.layer.tolist(), count, self.sx.tolist(),
@@ -148,8 +150,9 @@ class PlaceCache:
     a few array operations instead of materialising rows from SQLite.
     """
 
-    def __init__(self, store: "MemoryStore", max_rows: int = MAX_ROWS) -> None:
-        self._store = store
+    def __init__(self, reader: Reader, cell_size: float, max_rows: int = MAX_ROWS) -> None:
+        self._reader = reader
+        self._cell_size = cell_size
         self.changes = PlaceChanges()
         self._lock = threading.RLock()
         self._max_rows = max_rows
@@ -169,6 +172,17 @@ class PlaceCache:
         """False when the places table is too big to mirror: queries go to SQLite instead."""
 
     # ------------------------------------------------------------------ freshness
+    def on_commit(self, commit: Commit) -> None:
+        """The store committed: remember the cells it wrote; deleted rows mean reading everything again."""
+        try:
+            if commit.touched_places:
+                self.changes.record(commit.touched_places)
+            if commit.removed_places:
+                self.changes.reset()
+        except Exception:  # committed: a failing cache must not make the caller retry the write
+            log.exception("the place cache could not record a commit; clearing it")
+            self.clear()
+
     def clear(self) -> None:
         with self._lock:
             self._loaded = False
@@ -185,7 +199,7 @@ class PlaceCache:
             self._apply(keys)
 
     def _load_all(self) -> None:
-        conn = self._store.reader()
+        conn = self._reader()
         self._cols, self._by_text, self._n = {}, {}, 0
         self._by_text_cell = {}
         self._grid = None
@@ -195,7 +209,7 @@ class PlaceCache:
             self._append(conn.execute(f"SELECT {COLUMNS} FROM places ORDER BY id").fetchall())
         self._loaded = True
 
-    def _append(self, rows: Sequence[tuple]) -> None:
+    def _append(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Add rows with ids above every id held (AUTOINCREMENT: new places only ever get larger ids)."""
         if not rows:
             return
@@ -238,8 +252,8 @@ class PlaceCache:
 
     def _apply(self, keys: list[Key]) -> None:
         unique = list(dict.fromkeys(keys))
-        found: list[tuple] = []
-        conn = self._store.reader()
+        found: list[tuple[Any, ...]] = []
+        conn = self._reader()
         for chunk in chunked(unique, 150):
             values = ",".join("(?,?,?,?,?)" for _ in chunk)
             found += conn.execute(
@@ -325,7 +339,7 @@ class PlaceCache:
                 return None
             if self._grid is None:
                 self._grid = CellGrid(self._cols["cx"][:self._n], self._cols["cy"][:self._n])
-            positions = self._grid.nearest(center[0], center[1], k, self._store.cell_size)
+            positions = self._grid.nearest(center[0], center[1], k, self._cell_size)
             return None if positions is None else self._take(positions)
 
     def near(self, text_ids: Sequence[int], center: tuple[float, float, float], radius: float,
@@ -333,7 +347,7 @@ class PlaceCache:
         """Places of the texts whose cell range and centroid fall in the circle (sphere), in the order of
         ``SELECT ... WHERE text_id IN (..) AND layer IN (..) AND cx BETWEEN .. AND cy BETWEEN ..`` on the
         unique (text_id, layer, cx, cy, cz) index, then ``within``."""
-        cell = self._store.cell_size
+        cell = self._cell_size
         cx, cy, cz = center
         x0, x1 = math.floor((cx - radius) / cell), math.floor((cx + radius) / cell)
         y0, y1 = math.floor((cy - radius) / cell), math.floor((cy + radius) / cell)
@@ -401,32 +415,32 @@ class PlaceCache:
 
     # ------------------------------------------------------------------ too big to mirror: SQLite
     def _by_id_sql(self, ids: list[int]) -> PlaceArrays:
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for chunk in chunked(ids):
-            rows += self._store.reader().execute(
-                f"SELECT {COLUMNS} FROM places WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id", chunk).fetchall()
+            rows += self._reader().execute(
+                f"SELECT {COLUMNS} FROM places WHERE id IN ({marks(len(chunk))}) ORDER BY id", chunk).fetchall()
         return PlaceArrays.from_rows(rows)
 
     def _near_sql(self, text_ids: Sequence[int], layers: Sequence[str], cells: tuple[int, ...],
                   center: tuple[float, float, float], radius: float, three_d: bool) -> PlaceArrays:
         x0, x1, y0, y1, z0, z1 = cells
-        where = f"layer IN ({','.join('?' * len(layers))}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
-        bounds: list = [*layers, x0, x1, y0, y1]
+        where = f"layer IN ({marks(len(layers))}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
+        bounds: list[Any] = [*layers, x0, x1, y0, y1]
         if three_d:
             where += " AND cz BETWEEN ? AND ?"
             bounds += [z0, z1]
         ids = sorted(set(int(t) for t in text_ids))
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for chunk in chunked(ids, 500):
-            rows += self._store.reader().execute(
-                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}) AND {where}"
+            rows += self._reader().execute(
+                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({marks(len(chunk))}) AND {where}"
                 " ORDER BY text_id, layer, cx, cy, cz", [*chunk, *bounds]).fetchall()
         return PlaceArrays.from_rows(rows_within(rows, center, radius, three_d))
 
     def _of_texts_sql(self, text_ids: Sequence[int], layer: Optional[str], after: Optional[float],
                       before: Optional[float]) -> PlaceArrays:
         ids = sorted(set(int(t) for t in text_ids))
-        extra, params = "", []
+        extra, params = "", list[object]()
         if layer:
             extra += " AND layer = ?"
             params.append(layer)
@@ -437,16 +451,16 @@ class PlaceCache:
             extra += " AND first_stamp <= ?"
             params.append(before)
         order = "text_id, cx, cy, cz" if layer else "text_id, id"
-        rows: list[tuple] = []
+        rows: list[tuple[Any, ...]] = []
         for chunk in chunked(ids):
-            rows += self._store.reader().execute(
-                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}){extra}"
+            rows += self._reader().execute(
+                f"SELECT {COLUMNS} FROM places WHERE text_id IN ({marks(len(chunk))}){extra}"
                 f" ORDER BY {order}", [*chunk, *params]).fetchall()
         return PlaceArrays.from_rows(rows)
 
 
-def rows_within(rows: list[tuple], center: tuple[float, float, float], radius: float,
-                three_d: bool = False) -> list[tuple]:
+def rows_within(rows: list[tuple[Any, ...]], center: tuple[float, float, float], radius: float,
+                three_d: bool = False) -> list[tuple[Any, ...]]:
     """Raw place rows whose centroid (sum / count) lies within ``radius`` of ``center``."""
     cx, cy, cz = center
     r2 = radius * radius

@@ -52,7 +52,7 @@ def _sidecars(path: Path) -> list[Path]:
     return [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
 
 
-def rebuild_from_log(db_path: str | os.PathLike, keep_old: bool = True) -> RebuildReport:
+def rebuild_from_log(db_path: str | os.PathLike[str], keep_old: bool = True) -> RebuildReport:
     """Replace the memory file with one replayed from its log; refuses while the memory is open."""
     path = Path(db_path)
     lock = ProcessLock(path.with_name(path.name + ".lock"), path)

@@ -28,23 +28,25 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import StoreError
 from emem_ros.indexes.spatial_index import SpatialIndex
 from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage.derived_indexes import VECTOR_TABLES, DerivedIndexesMixin
+from emem_ros.storage.events import CommitFeed
 from emem_ros.storage.filelock import ProcessLock
 from emem_ros.storage.graph import GraphMixin
-from emem_ros.storage.ingest_write import IngestWriteMixin, TextCache
+from emem_ros.storage.ingest_write import IngestWriteMixin
 from emem_ros.storage.model_check import ModelCheckMixin
 from emem_ros.storage.observation_reads import OBSERVATION_COLUMNS, ObservationReadsMixin
 from emem_ros.storage.oplog import OpLog
 from emem_ros.storage.place_cache import PlaceCache
-from emem_ros.storage.text_names import TextNames
 from emem_ros.storage.records import EmbedFn, NewObservation, Place, WriteReport
 from emem_ros.storage.schema import migrate
+from emem_ros.storage.state import ObservationIds, StoreState, TextCache
+from emem_ros.storage.text_names import TextNames
 from emem_ros.storage.transactions import TransactionsMixin
 
 __all__ = ["MemoryStore", "NewObservation", "Place", "WriteReport", "EmbedFn", "VECTOR_TABLES",
@@ -91,50 +93,44 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self.log_dir = self.path.with_name(self.path.name + ".log")
         self.redone = 0
         self.cell_size = 0.5
-        self._write_lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._closed = False
-        self.commit_listeners: list[Callable[[Optional[list]], None]] = []
-        """Called after each commit, under the writer lock, with its statements (see _after_commit)."""
-        self._text_cache = TextCache(config.embedding_cache_size)
-        self.place_cache = PlaceCache(self)
+        self.state = StoreState(self._connect(), threading.RLock(), TextCache(config.embedding_cache_size))
+        """What the store's parts share (see ``state.py``)."""
+        self.commits = CommitFeed()
+        """Told of each commit, after COMMIT, under the writer lock (see ``events.py``)."""
+        self.place_cache = PlaceCache(self.reader, self.cell_size)
         """Places per text for the spatial tools; told after each commit which cells changed."""
-        self.text_names = TextNames(self)
-        """id -> text of the texts answers name (archival tells it which rows it deleted)."""
-        self._touched_places: list = []
-        self._deferred: list[tuple[int, list]] = []  # (seq, statements) logged, not yet in SQLite
-        self._stale: set[str] = set()  # derived indexes that missed rows after a commit
-        self._save_warned = False
-        self._conn = self._connect()
+        self.text_names = TextNames(self.reader)
+        """id -> text of the texts answers name; told after each commit which rows were deleted."""
+        self.commits.subscribe(self.place_cache.on_commit)
+        self.commits.subscribe(self.text_names.on_commit)
         self.oplog: Optional[OpLog] = None
         try:
-            migrate(self._conn)
+            migrate(self.state.conn)
             if config.log_enabled:
                 self.oplog = OpLog(self.log_dir, config.log_segment_bytes)
                 self.redone = self._redo_from_log()
             self.needs_reembed = self._check_model()
         except sqlite3.DatabaseError as exc:
-            self._conn.close()
+            self.state.conn.close()
             raise StoreError(f"cannot open memory {self.path}: {exc}") from exc
         except BaseException:
-            self._conn.close()
+            self.state.conn.close()
             raise
         try:
             self._open_derived(config, dim)
         except BaseException:
-            self._conn.close()
+            self.state.conn.close()
             if self.oplog is not None:
                 self.oplog.close()
             raise
 
     def _open_derived(self, config: MemoryConfig, dim: int) -> None:
-        row = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()
-        self._next_obs_id = int(row[0]) + 1
-        self._max_stored_obs_id = int(row[0])
-        self._id_lock = threading.Lock()
-        self.vectors_pending = self._conn.execute(
+        row = self.state.conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()
+        self.state.ids = ObservationIds(int(row[0]))
+        self.vectors_pending = self.state.conn.execute(
             "SELECT 1 FROM meta WHERE key='vectors_pending'").fetchone() is not None
         """Some texts were stored without the vector they need; ``backfill_vectors`` embeds them."""
         self.vectors = {
@@ -148,7 +144,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self.places = SpatialIndex("places")
         self.open_report: dict[str, Any] = {}
         if not self.needs_reembed:
-            self._open_indexes()
+            self.open_indexes()
 
     # ------------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -169,7 +165,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         """This thread's read connection (created on first use)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            if self._closed:
+            if self.state.closed:
                 raise StoreError("the memory is closed")
             conn = self._connect()
             self._local.conn = conn
@@ -209,24 +205,24 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         Nothing here can lose stored data: what is logged but not applied is
         redone on the next open, and unsaved snapshots are rebuilt then.
         """
-        with self._write_lock:
-            if self._closed:
+        with self.state.write_lock:
+            if self.state.closed:
                 return
             try:
                 try:
                     self.apply_deferred()
                 except Exception:  # still in the log: the next open redoes it
-                    log.exception("could not apply %d logged transaction(s) at close", len(self._deferred))
+                    log.exception("could not apply %d logged transaction(s) at close", len(self.state.deferred))
                 if not self.needs_reembed:
                     self.save_indexes()
             finally:
-                self._closed = True
+                self.state.closed = True
                 try:
-                    self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    self.state.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:
                     pass
                 try:
-                    self._conn.close()
+                    self.state.conn.close()
                     if self.oplog is not None:
                         self.oplog.close()
                     with self._readers_lock:
@@ -241,4 +237,4 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.state.closed

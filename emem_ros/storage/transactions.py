@@ -15,19 +15,22 @@ import os
 import sqlite3
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional, Sequence, cast
 
 from emem_ros.core.errors import StoreError
+from emem_ros.storage.base import StoreBase
+from emem_ros.storage.events import Announcement, Commit
+from emem_ros.storage.logcodec import Statement
 from emem_ros.storage.oplog import Record, RecordingConnection, apply_record
 
 log = logging.getLogger(__name__)
 
 
-class TransactionsMixin:
+class TransactionsMixin(StoreBase):
     """``MemoryStore``'s writes: ``write()``, deferred log records, redo after a crash, log checkpoints.
 
     Uses the store's ``_conn``, ``_write_lock``, ``oplog``, ``_deferred``,
-    ``_touched_places``, ``place_cache`` and ``commit_listeners``.
+    ``_announced``, ``vectors``, ``places`` and ``commits``.
     """
 
     @contextmanager
@@ -36,73 +39,77 @@ class TransactionsMixin:
 
         With the operation log on, the transaction's statements are appended to
         the log before COMMIT, and its sequence number is committed with it.
+        After COMMIT the store applies what the transaction announced it removed
+        to its own derived indexes and publishes one ``Commit`` to its
+        subscribers (``commits``).
         """
-        with self._write_lock:
-            if self._closed:
+        with self.state.write_lock:
+            if self.state.closed:
                 raise StoreError("the memory is closed")
-            self._conn.execute("BEGIN IMMEDIATE")
-            conn = RecordingConnection(self._conn) if self.oplog is not None else self._conn
-            deferred = self._deferred
-            self._touched_places = []
+            self.state.conn.execute("BEGIN IMMEDIATE")
+            recording = RecordingConnection(self.state.conn) if self.oplog is not None else None
+            deferred = self.state.deferred
+            self.state.announced = Announcement()
             try:
                 for seq, statements in deferred:  # logged earlier: they come first, in log order
-                    apply_record(self._conn, Record(seq, statements))
-                yield conn
-                if self.oplog is not None and conn.statements:
-                    seq, offset = self.oplog.append(conn.statements)
+                    apply_record(self.state.conn, Record(seq, statements))
+                # A RecordingConnection passes every Connection method through and logs the mutating ones.
+                yield cast(sqlite3.Connection, recording) if recording is not None else self.state.conn
+                if self.oplog is not None and recording is not None and recording.statements:
+                    seq, offset = self.oplog.append(recording.statements)
                     try:
-                        self._conn.execute(
+                        self.state.conn.execute(
                             "INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)", (str(seq),))
-                        self._conn.execute("COMMIT")
+                        self.state.conn.execute("COMMIT")
                     except BaseException:
                         self.oplog.undo_append(seq, offset)
                         raise
                 else:
                     if deferred:
-                        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                        self.state.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
                                            (str(deferred[-1][0]),))
-                    self._conn.execute("COMMIT")
+                    self.state.conn.execute("COMMIT")
                 if deferred:
-                    self._deferred = []
+                    self.state.deferred = []
             except BaseException:
-                self._touched_places = []
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                self.state.announced = Announcement()
+                if self.state.conn.in_transaction:
+                    self.state.conn.execute("ROLLBACK")
                 raise
-            if self._touched_places:  # after COMMIT, so a cache never takes an uncommitted state for current
-                touched, self._touched_places = self._touched_places, []
-                try:
-                    self.place_cache.changes.record(touched)
-                except Exception:  # committed: a failing cache must not make the caller retry the write
-                    log.exception("the place cache could not record a commit; clearing it")
-                    try:
-                        self.place_cache.clear()
-                    except Exception:
-                        pass
-            self._after_commit(deferred, conn)
+            announced, self.state.announced = self.state.announced, Announcement()
+            self._after_commit(deferred, recording, announced)
 
-    def _after_commit(self, deferred: list, conn: Any) -> None:
-        """Tell the commit listeners (the query cache) what was written; never fails the write.
+    def announce(self, *, removed_texts: Sequence[tuple[int, str]] = (), removed_places: Sequence[int] = (),
+                 reshaped: bool = False) -> None:
+        """Inside ``write()``: rows this transaction removed, for the indexes and caches after COMMIT."""
+        announced = self.state.announced
+        announced.removed_texts.extend(removed_texts)
+        announced.removed_places.extend(removed_places)
+        announced.reshaped = announced.reshaped or reshaped
 
-        They get the transaction's mutating statements, or None when they are not
-        known (no operation log): "something changed".
+    def _after_commit(self, deferred: list[tuple[int, list[Statement]]], recording: Optional[RecordingConnection],
+                      announced: Announcement) -> None:
+        """Derived indexes drop what was removed; subscribers hear of the commit. Never fails the write.
+
+        Subscribers get the transaction's mutating statements, or None when they
+        are not known (no operation log): "something changed".
         """
-        if not self.commit_listeners:
-            return
-        statements: Optional[list] = None
+        if announced.removed_texts:
+            removed = [text_id for text_id, _ in announced.removed_texts]
+            self.update_index("texts", lambda: self.vectors["texts"].remove(removed))
+            self.forget_texts([text for _, text in announced.removed_texts])
+        if announced.removed_places:
+            self.update_index("places", lambda: self.places.delete(announced.removed_places))
+        statements: Optional[list[Statement]] = None
         if self.oplog is not None:
-            statements = [s for item in deferred
-                          for s in (item.statements if hasattr(item, "statements") else item[1])]
-            statements += getattr(conn, "statements", [])
-            if not statements:
+            statements = [s for _, logged in deferred for s in logged]
+            statements += recording.statements if recording is not None else []
+            if not statements and announced.empty():
                 return
-        for listener in list(self.commit_listeners):
-            try:
-                listener(statements)
-            except Exception:
-                log.exception("a commit listener failed")
+        self.commits.publish(Commit(statements, tuple(announced.removed_texts), tuple(announced.removed_places),
+                                    announced.reshaped, tuple(announced.touched_places)))
 
-    def write_deferred(self, statements: list) -> int:
+    def write_deferred(self, statements: list[Statement]) -> int:
         """Make a small transaction durable in the log now; SQLite applies it with the next write.
 
         For writes that must be cheap at the caller (the experience ledger): the
@@ -112,28 +119,28 @@ class TransactionsMixin:
         checkpoint or close. Readers that must see it call ``apply_deferred()``.
         Without a log it is an ordinary write. Returns how many wait to be applied.
         """
-        with self._write_lock:
-            if self._closed:
+        with self.state.write_lock:
+            if self.state.closed:
                 raise StoreError("the memory is closed")
             if self.oplog is None:
                 with self.write() as conn:
                     apply_record(conn, Record(0, statements))
                 return 0
             seq, _ = self.oplog.append(statements)
-            self._deferred.append((seq, statements))
-            return len(self._deferred)
+            self.state.deferred.append((seq, statements))
+            return len(self.state.deferred)
 
     @property
     def deferred_count(self) -> int:
-        return len(self._deferred)
+        return len(self.state.deferred)
 
     def apply_deferred(self) -> int:
         """Apply logged-but-not-applied transactions to SQLite now; returns how many."""
-        if not self._deferred:
+        if not self.state.deferred:
             return 0
-        with self._write_lock:
-            count = len(self._deferred)
-            if count and not self._closed:
+        with self.state.write_lock:
+            count = len(self.state.deferred)
+            if count and not self.state.closed:
                 with self.write():
                     pass  # write() applies them first, in one transaction
             return count
@@ -141,10 +148,10 @@ class TransactionsMixin:
     def _redo_from_log(self) -> int:
         """Apply log records SQLite had not committed when the process died."""
         assert self.oplog is not None
-        row = self._conn.execute("SELECT value FROM meta WHERE key='log_seq'").fetchone()
+        row = self.state.conn.execute("SELECT value FROM meta WHERE key='log_seq'").fetchone()
         db_seq = int(row[0]) if row else 0
         if self.oplog.last_seq < db_seq:
-            has_data = self._conn.execute("SELECT 1 FROM texts LIMIT 1").fetchone()
+            has_data = self.state.conn.execute("SELECT 1 FROM texts LIMIT 1").fetchone()
             if has_data:
                 log.warning("operation log %s ends at seq %d but the database is at %d; "
                             "a rebuild can only start from a checkpoint", self.log_dir,
@@ -153,14 +160,14 @@ class TransactionsMixin:
             return 0
         redone = 0
         for record in self.oplog.records(after=db_seq):
-            self._conn.execute("BEGIN IMMEDIATE")
+            self.state.conn.execute("BEGIN IMMEDIATE")
             try:
-                apply_record(self._conn, record)
-                self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
+                apply_record(self.state.conn, record)
+                self.state.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
                                    (str(record.seq),))
-                self._conn.execute("COMMIT")
+                self.state.conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self.state.conn.execute("ROLLBACK")
                 raise
             redone += 1
         if redone:
@@ -169,7 +176,7 @@ class TransactionsMixin:
 
     @property
     def write_lock(self) -> threading.RLock:
-        return self._write_lock
+        return self.state.write_lock
 
     def checkpoint_log(self) -> Optional[int]:
         """Write a consistent base copy of the file and prune log segments behind it.
@@ -179,14 +186,14 @@ class TransactionsMixin:
         """
         if self.oplog is None:
             return None
-        with self._write_lock:
+        with self.state.write_lock:
             self.apply_deferred()  # the base must hold everything up to the seq it is named by
             seq = self.oplog.last_seq
             final = self.log_dir / f"base-{seq:012d}.db"
             temp = self.log_dir / f".base-{seq:012d}.db.tmp"
             target = sqlite3.connect(str(temp))
             try:
-                self._conn.backup(target)
+                self.state.conn.backup(target)
             finally:
                 target.close()
             os.replace(temp, final)

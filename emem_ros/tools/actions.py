@@ -1,6 +1,6 @@
 """Write actions an LLM may take: note something, open and close episodes.
 
-They wrap the facade (``Memory.add`` / ``start_episode`` / ``end_episode``)
+They wrap the engine (``Engine.add`` / ``start_episode`` / ``end_episode``)
 and answer with a sentence that tells the planner what happened and what to
 do next, so a tool-calling loop never has to guess.
 """
@@ -25,16 +25,16 @@ def store_specific_memory(env: ToolEnv, text: Any, x: Any = None, y: Any = None,
     env.prepare()
     if layer in env.catalog.body_layers:
         raise InvalidInputError(f"layer '{layer}' holds body readings; store notes in another layer")
-    obs_id = env.memory.add(text, x, y, 0.0 if z is None else z, layer_name=layer,
+    obs_id = env.engine.add(text, x, y, 0.0 if z is None else z, layer_name=layer,
                             source_type=SourceType.MANUAL.value, metadata=metadata)
     try:
-        env.memory.flush()
+        env.engine.flush()
     except Exception:  # accepted and kept: an error here would make the planner store it twice
-        note = env.memory.unstored_note() or "storing fails right now"
+        note = env.engine.unstored_note() or "storing fails right now"
         return ActionResult("store_specific_memory", True,
                             f"Accepted {obs_id} in layer '{layer}': {quoted(text)}; it is kept and becomes"
                             f" searchable once it is stored ({note}). Do not store it again.", obs_id)
-    observation = env.memory.get_observation(obs_id)
+    observation = env.engine.get_observation(obs_id)
     where = f" at {fmt_pos(observation.position)}" if observation.position is not None else " (no position)"
     episode = f", in episode {observation.episode_id}" if observation.episode_id else ""
     return ActionResult("store_specific_memory", True,
@@ -48,7 +48,7 @@ def start_episode(env: ToolEnv, name: Any, parent_episode_id: Any = None, goal: 
     parent: Optional[str] = None
     if parent_episode_id not in (None, ""):
         parent = f"ep-{env.episode(parent_episode_id)}"
-    episode_id = env.memory.start_episode(name, parent_episode_id=parent, goal=goal or None)
+    episode_id = env.engine.start_episode(name, parent_episode_id=parent, goal=goal or None)
     nested = f" as a subtask of {parent}" if parent else ""
     return ActionResult("start_episode", True,
                         f"Started episode {episode_id} {quoted(name)}{nested}. Everything observed from now on"
@@ -62,14 +62,14 @@ def end_episode(env: ToolEnv, consolidate: Any = True, result: Any = None, refle
             raise InvalidInputError(f"{field} must be a string, got {value!r}")
     if success is not None and not isinstance(success, bool):
         raise InvalidInputError(f"success must be true or false, got {success!r}")
-    active = env.memory.active_episode_id
+    active = env.engine.active_episode_id
     if active is None:
         return ActionResult("end_episode", False, "No episode is active, so there was nothing to end.")
     name = env.store.get_episode(parse_id(active)[1]).name
-    episode_id = env.memory.end_episode(consolidate=bool(consolidate), result=result or None,
+    episode_id = env.engine.end_episode(consolidate=bool(consolidate), result=result or None,
                                         reflection=reflection or None, success=success)
     outcome = {True: " (succeeded)", False: " (failed)", None: ""}[success]
-    still = env.memory.active_episode_id
+    still = env.engine.active_episode_id
     tail = f" Episode {still} is still active." if still else ""
     return ActionResult("end_episode", True, f"Ended episode {episode_id} {quoted(name)}{outcome}.{tail}",
                         episode_id)

@@ -15,6 +15,7 @@ from typing import Iterable, Optional, Sequence
 
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
 from emem_ros.storage.place_cache import PlaceArrays, rows_within
+from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.storage.store import MemoryStore, Place
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters
@@ -53,7 +54,8 @@ class Representative:
         return make_id(NodeKind.EPISODE, self.episode) if self.episode is not None else None
 
 
-def area_box(center: Position, radius: float, cell: float, three_d: bool = False) -> tuple[float, ...]:
+def area_box(center: Position, radius: float, cell: float,
+             three_d: bool = False) -> tuple[float, float, float, float, float, float]:
     cx, cy, cz = center
     if three_d:
         return (cx - radius, cy - radius, cz - radius - cell, cx + radius, cy + radius, cz + radius + cell)
@@ -85,9 +87,8 @@ def places_by_id(store: MemoryStore, ids: Sequence[int], layer: Optional[str] = 
     """Places without their text (the tools fetch texts once, for the hits they keep)."""
     out: list[Place] = []
     ids = list(ids)
-    for start in range(0, len(ids), 900):
-        chunk = ids[start : start + 900]
-        sql = f"SELECT {_PLACE_COLUMNS} FROM places WHERE id IN ({','.join('?' * len(chunk))})"
+    for chunk in chunked(ids):
+        sql = f"SELECT {_PLACE_COLUMNS} FROM places WHERE id IN ({marks(len(chunk))})"
         params: list = list(chunk)
         if layer:
             sql += " AND layer = ?"
@@ -127,7 +128,7 @@ def _place_rows_near_sql(store: MemoryStore, text_ids: Sequence[int], center: Po
     cx, cy, cz = center
     x0, x1 = math.floor((cx - radius) / cell), math.floor((cx + radius) / cell)
     y0, y1 = math.floor((cy - radius) / cell), math.floor((cy + radius) / cell)
-    layer_marks = ",".join("?" * len(layers))
+    layer_marks = marks(len(layers))
     where = f"layer IN ({layer_marks}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
     bounds: list = [*layers, x0, x1, y0, y1]
     if three_d:
@@ -137,7 +138,7 @@ def _place_rows_near_sql(store: MemoryStore, text_ids: Sequence[int], center: Po
     ids = list(text_ids)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        sql = f"SELECT {_PLACE_COLUMNS} FROM places WHERE text_id IN ({','.join('?' * len(chunk))}) AND {where}"
+        sql = f"SELECT {_PLACE_COLUMNS} FROM places WHERE text_id IN ({marks(len(chunk))}) AND {where}"
         rows.extend(store.reader().execute(sql, [*chunk, *bounds]))
     return rows_within(rows, center, radius, three_d)
 

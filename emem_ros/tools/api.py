@@ -1,117 +1,107 @@
-"""MemoryTools: typed access to every tool, and the registry an LLM calls them through.
+"""MemoryTools: every tool by name, typed, cached and noted in one place; the registry LLMs call.
 
-``memory.tools.semantic_search(...)`` returns a ``SearchResult``;
-``memory.semantic_search(...)`` (the eMEM-compatible facade) returns its
-text; ``memory.dispatch_tool_call(name, args)`` checks JSON arguments first
-and never raises.
+``memory.tools.locate(...)`` (or ``.call("locate", ...)``) returns a typed
+``LocateResult``; ``memory.locate(...)`` (the eMEM-compatible facade) its
+text; ``dispatch(name, json)`` checks JSON arguments first and never raises.
+Every path runs ``call``: the query cache where the tool's ``CachePolicy``
+allows, then the note that says when observations still wait to be stored.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import dataclasses
+import logging
+from typing import Any, Callable, Iterable, Optional
 
-from emem_ros.tools import actions, body, context, episodes, knowledge, locate, perception
-from emem_ros.tools.env import ToolEnv, attach_unstored_notes
+from emem_ros.core.errors import InvalidInputError
+from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.query_cache import QueryCache
 from emem_ros.tools.registry import ToolRegistry, ToolSpec
-from emem_ros.tools.results import (
-    ActionResult,
-    BodyStatusResult,
-    ContextResult,
-    EpisodeSummaryResult,
-    LocateResult,
-    RecallResult,
-    SearchResult,
-)
-from emem_ros.tools.schemas import ACTIONS, TOOLS
+from emem_ros.tools.spec import ToolDef
 
-if TYPE_CHECKING:
-    from emem_ros.memory import Memory
-
-TOOL_NAMES = tuple(TOOLS)
-ACTION_NAMES = tuple(ACTIONS)
+log = logging.getLogger(__name__)
 
 
 class MemoryTools:
-    def __init__(self, memory: "Memory") -> None:
-        self.env = ToolEnv(memory)
-        self.registry = ToolRegistry(resolve_time=memory.resolve_time)
-        for name, spec in TOOLS.items():
-            self.registry.register(self._spec(name, spec, "query"))
-        for name, spec in ACTIONS.items():
-            self.registry.register(self._spec(name, spec, "action"))
-        from emem_ros.agent import tools as agent_tools  # here: the agent package builds on this one
+    def __init__(self, env: ToolEnv, tools: Iterable[ToolDef], cache: Optional[QueryCache] = None) -> None:
+        self.env = env
+        self.cache = cache
+        self.registry = ToolRegistry(resolve_time=env.engine.resolve_time)
+        self._defs: dict[str, ToolDef] = {}
+        for tool in tools:
+            self.add(tool)
 
-        agent_tools.install(self, memory)  # the query cache, and record/find_experiences, memory_stats
-        attach_unstored_notes(self)  # last: answers say when observations still wait to be stored
+    def add(self, tool: ToolDef, replace: bool = False) -> None:
+        """Make a declared tool callable: typed (``call``), and by LLMs through the registry unless ``tool.llm`` is off."""
+        if tool.name in self._defs and not replace:
+            raise ValueError(f"a tool named {tool.name!r} is already declared (pass replace=True)")
+        if not tool.llm:
+            self.registry.unregister(tool.name)
+            self._defs[tool.name] = tool
+            return
+        self.registry.register(ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters,
+                                        handler=self._handler(tool.name), time_params=frozenset(tool.time_params),
+                                        kind=tool.kind), replace=replace)
+        self._defs[tool.name] = tool
 
-    def _spec(self, name: str, spec: dict[str, Any], kind: str) -> ToolSpec:
-        return ToolSpec(name=name, description=spec["description"], parameters=spec["parameters"],
-                        handler=getattr(self, name), time_params=frozenset(spec["time"]), kind=kind)
+    def _handler(self, name: str) -> Callable[..., Any]:
+        def handler(**arguments: Any) -> Any:
+            return self.call(name, **arguments)
 
-    def invalidate_caches(self) -> None:
-        """Call after rows were archived or deleted: the catalog is rebuilt on the next query."""
-        self.env.catalog.invalidate()
-        self.env.store.text_names.clear()
+        handler.__name__ = name
+        return handler
+
+    @property
+    def declared(self) -> dict[str, ToolDef]:
+        return dict(self._defs)
+
+    def get(self, name: str) -> Optional[ToolDef]:
+        return self._defs.get(name)
+
+    # ------------------------------------------------------------------ calling
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Run a declared tool with Python arguments; its typed result (errors raise, in plain words)."""
+        tool = self._defs.get(name)
+        if tool is None:
+            raise InvalidInputError(f"there is no tool named {name!r}; tools: {', '.join(self._defs)}")
+        bound = tool.signature.bind(*args, **kwargs)  # a TypeError names the bad argument
+        if self.cache is not None and tool.cache is not None:
+            bound.apply_defaults()
+            result = self.cache.answer(tool, dict(bound.arguments),
+                                       lambda: tool.run(self.env, *bound.args, **bound.kwargs))
+        else:
+            result = tool.run(self.env, *bound.args, **bound.kwargs)
+        return self._noted(result)
+
+    def _noted(self, result: Any) -> Any:
+        """The result, with a note when observations still wait to be stored (a copy: the cache may hold it)."""
+        engine = self.env.engine
+        note = engine.unstored_note() if not engine.closed else None
+        notes = getattr(result, "notes", None)
+        if note and dataclasses.is_dataclass(result) and not isinstance(result, type) and isinstance(notes, list):
+            try:
+                result = dataclasses.replace(result, notes=[*notes, note])
+            except (TypeError, ValueError):
+                log.debug("could not add the unstored note to %s", type(result).__name__)
+        return result
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        """``tools.locate(...)``: the declared tool ``name``, typed (see ``call``)."""
+        tool = self.__dict__.get("_defs", {}).get(name)
+        if tool is None:
+            raise AttributeError(f"{type(self).__name__!r} has no tool or attribute {name!r}")
+
+        def typed(*args: Any, **kwargs: Any) -> Any:
+            return self.call(name, *args, **kwargs)
+
+        typed.__name__ = name
+        typed.__doc__ = tool.description
+        typed.__signature__ = tool.signature  # type: ignore[attr-defined]  # for help() and inspect
+        return typed
 
     def warm(self) -> None:
         """Build the catalog now (a node can call this at start instead of on its first query)."""
         self.env.prepare()
-
-    # ------------------------------------------------------------------ the ten tools
-    def semantic_search(self, query: str, n_results: int = 10, layer: Any = None, time_after: Any = None,
-                        time_before: Any = None, near_x: Any = None, near_y: Any = None,
-                        spatial_radius: Any = None, episode_id: Any = None) -> SearchResult:
-        return perception.semantic_search(self.env, query, n_results, layer, time_after, time_before, near_x,
-                                          near_y, spatial_radius, episode_id)
-
-    def spatial_query(self, x: float, y: float, z: float = 0.0, radius: float = 2.0, layer: Any = None,
-                      time_after: Any = None, time_before: Any = None, n_results: int = 10) -> SearchResult:
-        return perception.spatial_query(self.env, x, y, z, radius, layer, time_after, time_before, n_results)
-
-    def temporal_query(self, time_after: Any = None, time_before: Any = None, last_n_minutes: Any = None,
-                       layer: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
-                       order: str = "newest", n_results: int = 10) -> SearchResult:
-        return perception.temporal_query(self.env, time_after, time_before, last_n_minutes, layer, near_x, near_y,
-                                         spatial_radius, order, n_results)
-
-    def episode_summary(self, episode_id: Any = None, task_name: Any = None,
-                        last_n: int = 1) -> EpisodeSummaryResult:
-        return episodes.episode_summary(self.env, episode_id, task_name, last_n)
-
-    def get_current_context(self, radius: float = 3.0, include_recent_minutes: float = 5.0) -> ContextResult:
-        return context.get_current_context(self.env, radius, include_recent_minutes)
-
-    def search_gists(self, query: str, n_results: int = 10, time_after: Any = None,
-                     time_before: Any = None) -> SearchResult:
-        return knowledge.search_gists(self.env, query, n_results, time_after, time_before)
-
-    def entity_query(self, name: Any = None, entity_type: Any = None, near_x: Any = None, near_y: Any = None,
-                     spatial_radius: Any = None, last_seen_after: Any = None, n_results: int = 10) -> SearchResult:
-        return knowledge.entity_query(self.env, name, entity_type, near_x, near_y, spatial_radius,
-                                      last_seen_after, n_results)
-
-    def locate(self, concept: str, n_results: int = 10, layer: Any = None, time_after: Any = None,
-               time_before: Any = None) -> LocateResult:
-        return locate.locate(self.env, concept, n_results, layer, time_after, time_before)
-
-    def recall(self, query: str, n_results: int = 10, radius_multiplier: float = 1.5) -> RecallResult:
-        return locate.recall(self.env, query, n_results, radius_multiplier)
-
-    def body_status(self, layers: Any = None, at_time: Any = None, below: Any = None, above: Any = None,
-                    time_after: Any = None, time_before: Any = None, n_results: Any = None) -> BodyStatusResult:
-        return body.body_status(self.env, layers, at_time, below, above, time_after, time_before, n_results)
-
-    # ------------------------------------------------------------------ write actions
-    def store_specific_memory(self, text: str, x: Any = None, y: Any = None, z: Any = None,
-                              layer_name: str = actions.NOTES_LAYER, metadata: Any = None) -> ActionResult:
-        return actions.store_specific_memory(self.env, text, x, y, z, layer_name, metadata)
-
-    def start_episode(self, name: str, parent_episode_id: Any = None, goal: Any = None) -> ActionResult:
-        return actions.start_episode(self.env, name, parent_episode_id, goal)
-
-    def end_episode(self, consolidate: bool = True, result: Any = None, reflection: Any = None,
-                    success: Any = None) -> ActionResult:
-        return actions.end_episode(self.env, consolidate, result, reflection, success)
 
     # ------------------------------------------------------------------ tool calling
     def definitions(self, include_actions: bool = True) -> list[dict[str, Any]]:
@@ -137,3 +127,4 @@ def _bound(registry: ToolRegistry, name: str, description: str) -> Callable[...,
     call.__qualname__ = name
     call.__doc__ = description
     return call
+

@@ -35,7 +35,9 @@ from typing import Any, Callable, Optional, Sequence
 from emem_ros.consolidation.readings import display_scale, fmt_level, reading_key, reading_level, same_quantity
 from emem_ros.consolidation.state import read_body_scales
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import finite_or_none
 from emem_ros.core.types import NodeKind, SourceType, make_id
+from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.results import BodyCrossing, BodyReading, BodyStatusResult
 
@@ -92,7 +94,7 @@ class LayerLevels:
             stored = read_body_scales(conn).get(layer)
             if stored is not None:
                 return cls(layer, float(stored["scale"]), stored["unit"])
-        return _levels_of_samples(cls, layer, tuple(samples))
+        return _levels_of_samples(layer, tuple(samples))
 
     @classmethod
     def from_samples(cls, layer: str, samples: Sequence[tuple[Optional[str], Optional[float]]]) -> "LayerLevels":
@@ -100,7 +102,7 @@ class LayerLevels:
         units = Counter(level[1] for level in (reading_level(text) for text, _ in samples) if level is not None)
         unit = units.most_common(1)[0][0] if units else ""
         scale = display_scale(samples)
-        if scale is None and not units and any(_finite(v) is not None for _, v in samples):
+        if scale is None and not units and any(finite_or_none(v) is not None for _, v in samples):
             scale = 1.0  # numbers only in the values ('ok' texts): the value is what there is to compare
         if scale is None and not same_quantity(text for text, _ in samples):
             keys = sorted({k for k in (reading_key(text) for text, _ in samples) if k})
@@ -108,8 +110,9 @@ class LayerLevels:
         return cls(layer, scale, unit, comparable=scale is not None or bool(units))
 
     def level(self, text: Optional[str], value: Optional[float]) -> Optional[float]:
-        if self.scale is not None and _finite(value) is not None:
-            return float(value) * self.scale  # type: ignore[arg-type]
+        number = finite_or_none(value)
+        if self.scale is not None and number is not None:
+            return number * self.scale
         parsed = reading_level(text)
         if parsed is not None and parsed[1] == self.unit:
             return parsed[0]
@@ -120,10 +123,10 @@ class LayerLevels:
 
 
 @lru_cache(maxsize=256)
-def _levels_of_samples(cls: type, layer: str, samples: tuple) -> "LayerLevels":
+def _levels_of_samples(layer: str, samples: tuple[tuple[str, Optional[float]], ...]) -> "LayerLevels":
     """``LayerLevels.from_samples``, memoised on the exact samples: between two readings of a layer every
     body_status call sees the same newest readings, and parsing them is most of a call."""
-    return cls.from_samples(layer, samples)
+    return LayerLevels.from_samples(layer, samples)
 
 
 # ---------------------------------------------------------------------- the tool
@@ -219,14 +222,6 @@ def _threshold(value: Any, name: str) -> Optional[float]:
     return float(number)
 
 
-def _finite(value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _window_words(env: ToolEnv, after: Optional[float], before: Optional[float]) -> str:
@@ -244,9 +239,8 @@ def _texts(env: ToolEnv, ids: Sequence[Optional[int]]) -> dict[int, str]:
     wanted = sorted({i for i in ids if i is not None})
     out: dict[int, str] = {}
     conn = env.store.reader()
-    for start in range(0, len(wanted), 900):
-        chunk = wanted[start:start + 900]
-        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+    for chunk in chunked(wanted):
+        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))})", chunk))
     return out
 
 
@@ -408,9 +402,10 @@ def _crossings(env: ToolEnv, levels: LayerLevels, direction: str, threshold: flo
 
 
 def _window(layer: str, after: Optional[float], before: Optional[float],
-            source: bool = True) -> tuple[str, list]:
+            source: bool = True) -> tuple[str, list[object]]:
     """SQL condition and parameters for a layer's rows in a time window (on the (layer, stamp) index)."""
-    where, params = (["o.layer = ? AND o.source_type = ?"], [layer, _BODY]) if source else (["o.layer = ?"], [layer])
+    where = ["o.layer = ? AND o.source_type = ?"] if source else ["o.layer = ?"]
+    params: list[object] = [layer, _BODY] if source else [layer]
     if after is not None:
         where.append("o.stamp >= ?")
         params.append(after)
@@ -453,7 +448,7 @@ def _seek_values(env: ToolEnv, levels: LayerLevels, direction: str, threshold: f
         return rows[0] if rows else None
 
     def level(row: _Row) -> Level:
-        return row, float(row.value) * scale  # type: ignore[arg-type]
+        return row, float(row.value or 0.0) * scale  # rows of a crossing search all have a value (SQL)
 
     upper: Optional[_Row] = None  # search strictly older than this row
     older = "(o.stamp, o.id) < (?, ?)"

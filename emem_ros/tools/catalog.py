@@ -18,10 +18,12 @@ shown when a live observation backs it.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from typing import Iterable, Optional
 
 from emem_ros.core.types import SourceType
+from emem_ros.storage.sqlutil import marks
 from emem_ros.storage.store import MemoryStore
 
 _BODY = SourceType.INTEROCEPTION.value
@@ -92,7 +94,7 @@ class TextCatalog:
                 self._catch_up(conn)
             self._versions[key] = version
 
-    def _build(self, conn) -> None:
+    def _build(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN")
         try:
             top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
@@ -107,16 +109,16 @@ class TextCatalog:
         self._high_water = int(top)
         self._built = True
 
-    def _catch_up(self, conn) -> None:
+    def _catch_up(self, conn: sqlite3.Connection) -> None:
         rows = conn.execute(
             "SELECT id, text_id, layer, episode_id, source_type, stamp FROM observations"
             " WHERE id > ? ORDER BY id", (self._high_water,)).fetchall()
         if self._holes:
             holes = sorted(self._holes)
-            marks = ",".join("?" * len(holes))
+            slots = marks(len(holes))
             late = conn.execute(
                 "SELECT id, text_id, layer, episode_id, source_type, stamp FROM observations"
-                f" WHERE id IN ({marks})", holes).fetchall()
+                f" WHERE id IN ({slots})", holes).fetchall()
             self._holes.difference_update(r[0] for r in late)
             rows = late + rows
         expected = self._high_water + 1

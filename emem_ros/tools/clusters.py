@@ -31,7 +31,8 @@ class Group:
     @cached_property
     def centroid(self) -> Position:
         total = self.count
-        return tuple(sum(p.centroid[i] * p.count for p in self.places) / total for i in range(3))  # type: ignore
+        x, y, z = (sum(p.centroid[i] * p.count for p in self.places) / total for i in range(3))
+        return (x, y, z)
 
     @cached_property
     def first(self) -> float:

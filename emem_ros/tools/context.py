@@ -32,7 +32,7 @@ def get_current_context(env: ToolEnv, radius: Any = 3.0, include_recent_minutes:
         gists = area_gists(env, around, 3)
     recent = timeline(env, Filters(after=now - minutes * 60.0, before=now), RECENT, gists=False)
     body = body_status(env)
-    episode = env.memory.active_episode_id
+    episode = env.engine.active_episode_id
     if episode is not None:
         try:
             number = int(episode.split("-")[1])
@@ -44,13 +44,7 @@ def get_current_context(env: ToolEnv, radius: Any = 3.0, include_recent_minutes:
 
 def current_position(env: ToolEnv) -> tuple[Optional[Position], str]:
     """The ROS node's live pose if it set one, else the newest observation that had a position."""
-    live = getattr(env.memory, "current_position", None)
-    if callable(live):
-        try:
-            live = live()
-        except Exception:
-            live = None
-    position = _as_position(live)
+    position = _as_position(env.engine.live_pose())
     if position is not None:
         return position, "odometry"
     conn = env.store.reader()

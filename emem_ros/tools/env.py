@@ -1,51 +1,54 @@
-"""What every tool needs: the memory, its clock, the catalog, rankers, and argument checks."""
+"""What every tool needs: the engine (store, clock, embedding), the catalog, rankers, and argument checks."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import logging
-import math
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
+from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import InvalidInputError, TimeExpressionError, UnknownNodeError
+from emem_ros.core.numbers import is_finite_number
 from emem_ros.core.types import NodeKind, make_id
+from emem_ros.engine import Engine
+from emem_ros.storage.events import Commit
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters, area, episode_number
 from emem_ros.tools.ranking import GistRanker, TextRanker
 from emem_ros.tools.results import fmt_time
 
-if TYPE_CHECKING:
-    from emem_ros.memory import Memory
-
 MAX_RESULTS = 100
 
 
 class ToolEnv:
-    def __init__(self, memory: "Memory") -> None:
-        self.memory = memory
-        self.store = memory.store
-        self.catalog = TextCatalog(memory.store)
-        self.texts = TextRanker(memory.store, self.catalog)
-        self.gists = GistRanker(memory.store, self.catalog)
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.catalog = TextCatalog(engine.store)
+        self.texts = TextRanker(engine.store, self.catalog)
+        self.gists = GistRanker(engine.store, self.catalog)
+        engine.store.commits.subscribe(self._on_commit)
+
+    def _on_commit(self, commit: Commit) -> None:
+        """Rows left the hot tables or arrived out of order: the per-text catalog is rebuilt on next use."""
+        if commit.reshaped:
+            self.catalog.invalidate()
 
     @property
-    def config(self):
-        return self.memory.config
+    def config(self) -> MemoryConfig:
+        return self.engine.config
 
     def now(self) -> float:
-        return self.memory.now()
+        return self.engine.now()
 
     def prepare(self) -> float:
         """Make everything added so far visible, best-effort; returns the memory clock's now.
 
         A question never fails because storing does (embedder down): it is
-        answered from what is stored, and ``attach_unstored_notes`` adds a note
-        saying how many observations still wait (``Memory.flush_for_query``).
+        answered from what is stored, and ``MemoryTools.call`` adds a note
+        saying how many observations still wait (``Engine.flush_for_query``).
         """
-        self.memory.flush_for_query()
+        self.engine.flush_for_query()
         self.catalog.sync()
         return self.now()
 
@@ -55,7 +58,7 @@ class ToolEnv:
     # ------------------------------------------------------------------ argument checks
     def time(self, name: str, value: Any) -> Optional[float]:
         try:
-            return self.memory.resolve_time(value)
+            return self.engine.resolve_time(value)
         except TimeExpressionError as exc:
             raise TimeExpressionError(f"{name}: {exc}") from None
 
@@ -63,8 +66,7 @@ class ToolEnv:
     def count(value: Any, name: str = "n_results", default: int = 10) -> int:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or int(value) != value:
+        if not is_finite_number(value) or int(value) != value:
             raise InvalidInputError(f"{name} must be a whole number, got {value!r}")
         if value < 1:
             raise InvalidInputError(f"{name} must be at least 1, got {value!r}")
@@ -74,7 +76,7 @@ class ToolEnv:
     def positive(value: Any, name: str, default: float) -> float:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if not is_finite_number(value) or value <= 0:
             raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
         return float(value)
 
@@ -117,7 +119,7 @@ class ToolEnv:
                        episode=self.episode(episode_id))
 
     def query_vector(self, text: str) -> np.ndarray:
-        return self.memory.embed_query(text)
+        return self.engine.embed_query(text)
 
     # ------------------------------------------------------------------ helpful notes
     def layer_notes(self, layer: Optional[str]) -> list[str]:
@@ -137,37 +139,3 @@ class ToolEnv:
         if not notes and not f.empty:
             notes.append("nothing passes the filters (" + f.describe(self.fmt) + "); try fewer filters")
         return notes
-
-
-def attach_unstored_notes(tools: Any) -> None:
-    """Wrap every registered tool so its answer notes observations still waiting to be stored.
-
-    Called once, last, by ``MemoryTools``: it wraps the registry handlers
-    (``dispatch_tool_call``) and the typed methods of the ten tools (the
-    facade), outside the query cache, so a cached answer gets the note too.
-    Results without a ``notes`` list are returned as they are.
-    """
-    memory = tools.env.memory
-    for name in list(tools.registry.names):
-        spec = tools.registry.get(name)
-        if spec is None:
-            continue
-        wrapped = _noting(memory, spec.handler)
-        tools.registry.register(dataclasses.replace(spec, handler=wrapped), replace=True)
-        if callable(getattr(type(tools), name, None)) or name in vars(tools):
-            setattr(tools, name, _noting(memory, getattr(tools, name)))
-
-
-def _noting(memory: "Memory", fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        result = fn(*args, **kwargs)
-        note = memory.unstored_note() if not memory.closed else None
-        if note and dataclasses.is_dataclass(result) and isinstance(getattr(result, "notes", None), list):
-            try:  # a copy: the query cache may hold this very object
-                result = dataclasses.replace(result, notes=[*result.notes, note])
-            except (TypeError, ValueError):
-                logging.getLogger(__name__).debug("could not add the unstored note to %s", type(result).__name__)
-        return result
-
-    return call

@@ -22,7 +22,9 @@ def episode_summary(env: ToolEnv, episode_id: Any = None, task_name: Any = None,
     now = env.prepare()
     notes: list[str] = []
     if episode_id not in (None, ""):
-        episodes = [env.store.get_episode(env.episode(episode_id))]
+        number = env.episode(episode_id)
+        assert number is not None  # an id was given: env.episode returns its number or raises
+        episodes = [env.store.get_episode(number)]
     else:
         n = min(env.count(last_n, "last_n", default=1), MAX_EPISODES)
         name = task_name.strip() if isinstance(task_name, str) and task_name.strip() else None

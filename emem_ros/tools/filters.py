@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.types import NodeKind, Position, parse_id
@@ -89,7 +89,7 @@ class Filters:
             params += [cx - r, cx + r, cy - r, cy + r, cx, cx, cy, cy, r * r]
         return (" AND ".join(parts) or "1"), params
 
-    def describe(self, fmt_time) -> str:
+    def describe(self, fmt_time: Callable[[float], str]) -> str:
         """The filter in plain words, for notes on empty answers."""
         words = []
         if self.layer:

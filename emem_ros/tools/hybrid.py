@@ -14,6 +14,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from emem_ros.storage.sqlutil import marks
+
 RRF_K = 60
 """The usual RRF constant: ranks deep in a list still count, but little."""
 
@@ -68,7 +70,7 @@ class KeywordIndex:
 
     def _document_frequency(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
         variants = {v: t for t in tokens for v in _stem_variants(t)}
-        sql = f"SELECT term, doc FROM {self._vocab} WHERE term IN ({','.join('?' * len(variants))})"
+        sql = f"SELECT term, doc FROM {self._vocab} WHERE term IN ({marks(len(variants))})"
         try:
             rows = conn.execute(sql, list(variants)).fetchall()
         except sqlite3.OperationalError:  # first use on this connection: the vocabulary view is per connection
@@ -100,7 +102,7 @@ class KeywordIndex:
         if not tokens:
             return None
         df = self._document_frequency(conn, tokens)  # 0 also when the stem guess missed
-        budget, chosen = DF_BUDGET, []
+        budget, chosen = DF_BUDGET, list[str]()
         for token in sorted(tokens, key=lambda t: df[t]):
             if df[token] > DF_CEILING or (chosen and df[token] > budget):
                 break
@@ -112,28 +114,34 @@ class KeywordIndex:
         return KeywordPlan(every, " OR ".join(_quoted(chosen)) if chosen else None,
                            every_by_bm25=sum(df.values()) <= DF_CEILING)
 
-    def run(self, conn: sqlite3.Connection, plan: "KeywordPlan", limit: int) -> list[int]:
-        """Row ids best first: documents with every word first, then any affordable word."""
-        ranked = (f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?"
+    def run(self, conn: sqlite3.Connection, plan: "KeywordPlan", limit: int, where: str = "",
+            params: Sequence[object] = ()) -> list[int]:
+        """Row ids best first: documents with every word first, then any affordable word.
+
+        ``where``: an extra SQL condition on ``rowid`` (with its ``params``), e.g. the ledger's filters.
+        """
+        extra = f" AND ({where})" if where else ""
+        ranked = (f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?{extra}"
                   f" ORDER BY bm25({self.table}) LIMIT ?")
-        newest = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? ORDER BY rowid DESC LIMIT ?"
+        newest = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?{extra} ORDER BY rowid DESC LIMIT ?"
         found: list[int] = []
         if plan.every:
             if plan.every_by_bm25:
-                found = [r[0] for r in conn.execute(ranked, (plan.every, limit))]
+                found = [r[0] for r in conn.execute(ranked, (plan.every, *params, limit))]
             else:
-                found = [r[0] for r in conn.execute(newest, (plan.every, min(limit, AND_DEPTH)))]
+                found = [r[0] for r in conn.execute(newest, (plan.every, *params, min(limit, AND_DEPTH)))]
         if plan.any and len(found) < limit:
             seen = set(found)
-            for (rowid,) in conn.execute(ranked, (plan.any, limit + len(found))):
+            for (rowid,) in conn.execute(ranked, (plan.any, *params, limit + len(found))):
                 if rowid not in seen:
                     found.append(rowid)
                     seen.add(rowid)
         return found[:limit]
 
-    def search(self, conn: sqlite3.Connection, query: str, limit: int) -> list[int]:
+    def search(self, conn: sqlite3.Connection, query: str, limit: int, where: str = "",
+               params: Sequence[object] = ()) -> list[int]:
         plan = self.plan(conn, query)
-        return self.run(conn, plan, limit) if plan is not None and limit > 0 else []
+        return self.run(conn, plan, limit, where, params) if plan is not None and limit > 0 else []
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import math
 from typing import Any, Optional
 
 from emem_ros.core.types import Entity, Position
+from emem_ros.storage.sqlutil import marks
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters, area
 from emem_ros.tools.ranking import fuse, gist_hit
@@ -76,7 +77,7 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
                   name: Optional[str] = None, entity_type: Optional[str] = None,
                   after: Optional[float] = None) -> list[Hit]:
     """Entities by substring of name (then by meaning), type, place and recency."""
-    where, params = ["1"], []
+    where, params = ["1"], list[object]()
     if entity_type:
         where.append("e.entity_type = ? COLLATE NOCASE")
         params.append(entity_type)
@@ -140,10 +141,10 @@ def _by_meaning(env: ToolEnv, name: str, where: str, params: list, n: int) -> li
     pairs = [(int(l), float(s)) for l, s in zip(labels.tolist(), sims.tolist()) if s >= floor]
     if not pairs:
         return []
-    marks = ",".join("?" * len(pairs))
+    slots = marks(len(pairs))
     columns = ", ".join(f"e.{c.strip()}" for c in env.store.ENTITY_COLUMNS.split(","))
     rows = {r[0]: r for r in env.store.reader().execute(
-        f"SELECT {columns} FROM entities e WHERE {where} AND e.id IN ({marks})",
+        f"SELECT {columns} FROM entities e WHERE {where} AND e.id IN ({slots})",
         (*params, *[p[0] for p in pairs])).fetchall()}
     return [(env.store.entity_from_row(rows[l]), s) for l, s in pairs if l in rows][:n]
 

@@ -34,9 +34,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from emem_ros.core.types import NodeKind, make_id
+from emem_ros.core.types import NodeKind, make_id, rounded
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE
+from emem_ros.storage.sqlutil import marks
 from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.env import ToolEnv
@@ -207,11 +208,11 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence") -> dict[str, _LayerKind]:
     for layer in layers:
         for obs in evidence.last_obs[evidence.layer == layer][:SAMPLE_PER_LAYER].tolist():
             sample[int(obs)] = layer
-    marks = ",".join("?" * len(sample))
+    slots = marks(len(sample))
     seen: dict[str, list[tuple[bool, bool, Any]]] = {layer: [] for layer in layers}
     for obs, source, ray, view_range in env.store.reader().execute(
             f"SELECT id, json_extract(metadata, '$.position_source'), json_type(metadata, '$.ray'),"
-            f" json_extract(metadata, '$.view_range') FROM observations WHERE id IN ({marks})", list(sample)):
+            f" json_extract(metadata, '$.view_range') FROM observations WHERE id IN ({slots})", list(sample)):
         seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
     kinds = {}
     conn = env.store.reader()
@@ -244,7 +245,7 @@ def _ray_evidence(env: ToolEnv, best: placing.Placement, rays: Optional[tuple[Ra
     return _evidence(env, as_places, names, score)
 
 
-def _relevance(env: ToolEnv, vector, ranked: list[Candidate]) -> dict[int, float]:
+def _relevance(env: ToolEnv, vector: np.ndarray, ranked: list[Candidate]) -> dict[int, float]:
     """exp((cosine - best) / T) per text: similarity decides, not rank (ranks are nearly flat under RRF).
 
     Texts weighing under MIN_RELEVANCE cannot move the answer and are dropped before their places are read.
@@ -293,7 +294,7 @@ class _Evidence:
             evidence = evidence.subset(np.argsort(-evidence.weight)[:MAX_PLACES])
         return evidence
 
-    def subset(self, mask) -> "_Evidence":
+    def subset(self, mask: np.ndarray) -> "_Evidence":
         return _Evidence(self.text_id[mask], self.layer[mask], self.xyz[mask], self.count[mask], self.first[mask],
                          self.last[mask], self.last_obs[mask], self.weight[mask])
 
@@ -331,9 +332,9 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
     for key in set(zip(cluster.text_id.tolist(), cluster.layer.tolist())):
         groups[key] = (cluster.text_id == key[0]) & (cluster.layer == key[1])
     newest = {key: int(cluster.last_obs[mask][np.argmax(cluster.last[mask])]) for key, mask in groups.items()}
-    marks = ",".join("?" * len(newest))
+    slots = marks(len(newest))
     episodes = dict(env.store.reader().execute(
-        f"SELECT id, episode_id FROM observations WHERE id IN ({marks})", list(newest.values())).fetchall())
+        f"SELECT id, episode_id FROM observations WHERE id IN ({slots})", list(newest.values())).fetchall())
     hits = []
     for (text_id, layer), mask in groups.items():
         count = cluster.count[mask]
@@ -341,7 +342,7 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
         obs_id = newest[(text_id, layer)]
         episode = episodes.get(obs_id)
         hits.append(Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=names.get(text_id, ""),
-                        layer=layer, position=tuple(round(float(v), 3) for v in position),  # type: ignore
+                        layer=layer, position=rounded(position),
                         stamp=float(cluster.last[mask].max()), first_stamp=float(cluster.first[mask].min()),
                         score=round(score.get(text_id, 0.0), 4), count=int(count.sum()),
                         episode_id=make_id(NodeKind.EPISODE, episode) if episode is not None else None))

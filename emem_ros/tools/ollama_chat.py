@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from emem_ros.tools.host import ToolHost
+
 
 @dataclass(frozen=True)
 class ToolCallRecord:
@@ -34,7 +36,7 @@ class ChatOutcome:
         return self.content
 
 
-def run_ollama_chat(memory: Any, client: Any, model: str, messages: Sequence[Any], max_rounds: int = 5,
+def run_ollama_chat(memory: ToolHost, client: Any, model: str, messages: Sequence[Any], max_rounds: int = 5,
                     tools: Optional[list[dict[str, Any]]] = None, **chat_options: Any) -> ChatOutcome:
     """Chat with ``client.chat(model=, messages=, tools=)`` until the model stops calling tools."""
     if max_rounds < 1:

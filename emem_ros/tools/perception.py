@@ -12,10 +12,10 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.errors import InvalidInputError
-from emem_ros.core.types import NodeKind, Position, SourceType, make_id
+from emem_ros.core.types import NodeKind, Position, SourceType, make_id, rounded
 from emem_ros.storage.place_cache import PlaceArrays
-from emem_ros.tools.aggregate import (Aggregator, AreaIndex, place_arrays_near, place_of_row, place_rows_by_id,
-                                      texts_of)
+from emem_ros.storage.sqlutil import marks
+from emem_ros.tools.aggregate import Aggregator, AreaIndex, place_arrays_near, place_of_row, place_rows_by_id, texts_of
 from emem_ros.tools.clusters import KEY_GAP, SAME_OBJECT, SMALL, Group, group_places, linked_labels
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
@@ -52,7 +52,8 @@ def semantic_search(env: ToolEnv, query: Any, n_results: Any = 10, layer: Any = 
 
 def ranked_hits(env: ToolEnv, query: str, f: Filters, n: int, now: float, gists: bool = True) -> list[Hit]:
     """Texts and gists fused by RRF (with recency), as hits, best first."""
-    area = AreaIndex.build(env.store, env.catalog, f.center, f.radius, f.layer) if f.spatial else None
+    area = AreaIndex.build(env.store, env.catalog, f.center, f.radius, f.layer) \
+        if f.center is not None and f.radius is not None else None
     agg = Aggregator(env.store, env.catalog, f, area)
     vector = env.query_vector(query)
     floor, want = env.config.similarity_floor, n + max(5, n // 2)
@@ -220,9 +221,9 @@ def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, tuple]:
     """(episode_id, tier) of the observations a batch of hits will show, in one query."""
     if not obs_ids:
         return {}
-    marks = ",".join("?" * len(obs_ids))
+    slots = marks(len(obs_ids))
     return {row[0]: row[1:] for row in env.store.reader().execute(
-        f"SELECT id, episode_id, tier FROM observations WHERE id IN ({marks})", obs_ids)}
+        f"SELECT id, episode_id, tier FROM observations WHERE id IN ({slots})", obs_ids)}
 
 
 def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> PlaceArrays:
@@ -314,7 +315,8 @@ def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
              max_y + half)).fetchone()
         if not row[0]:
             return None
-        count, exact, first, last = min(row[0], 1000), row[0] <= 1000, row[1] if row[0] <= 1000 else None, row[2]
+        count, exact, last = min(row[0], 1000), row[0] <= 1000, row[2]
+        first = row[1] if row[0] <= 1000 else g.first
         newest = env.store.reader().execute(
             "SELECT id FROM observations WHERE text_id = ? AND stamp = ? AND layer = ? LIMIT 1",
             (g.text_id, last, g.layer)).fetchone()
@@ -326,7 +328,7 @@ def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
     if rep is None or rep[1] == "archived":
         return None
     return Hit(id=make_id(NodeKind.OBSERVATION, obs_id), kind="observation", text=text, layer=g.layer,
-               position=tuple(round(c, 3) for c in g.centroid), stamp=last, first_stamp=first,  # type: ignore
+               position=rounded(g.centroid), stamp=last, first_stamp=first,
                episode_id=make_id(NodeKind.EPISODE, rep[0]) if rep[0] is not None else None,
                count=count, count_is_lower_bound=not exact,
                distance=round(distance, 6))  # to the micrometre: numpy and per-place sums may differ in the last bit
@@ -443,9 +445,9 @@ def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tu
         cursor = (rows[-1][2], rows[-1][0])
     groups: dict[int, tuple] = {}
     if firsts:
-        marks = ",".join("?" * len(firsts))
+        slots = marks(len(firsts))
         details = {r[0]: r[1:] for r in conn.execute(
-            f"SELECT id, layer, x, y, z, episode_id FROM observations WHERE id IN ({marks})",
+            f"SELECT id, layer, x, y, z, episode_id FROM observations WHERE id IN ({slots})",
             [obs_id for obs_id, _ in firsts.values()])}
         for text_id, (obs_id, stamp) in firsts.items():
             detail = details.get(obs_id)

@@ -10,6 +10,7 @@ far down the global ranking is still found.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -17,7 +18,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from emem_ros.core.types import Gist
+from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
+from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.storage.store import MemoryStore
 from emem_ros.tools.aggregate import Aggregator, AreaIndex, Representative, TextAgg, texts_of
 from emem_ros.tools.catalog import TextCatalog
@@ -83,10 +86,10 @@ class TextRanker:
             listed = area.listed
             out.append(Constraint(len(listed), listed.__contains__, lambda: list(listed)))
         if f.timed:
-            listed = self.window_texts(f)
-            if listed is not None:
-                members = set(listed)
-                out.append(Constraint(len(members), members.__contains__, lambda: list(members)))
+            window = self.window_texts(f)
+            if window is not None:
+                in_window = set(window)
+                out.append(Constraint(len(in_window), in_window.__contains__, lambda: list(in_window)))
         return out
 
     def window_texts(self, f: Filters) -> Optional[list[int]]:
@@ -165,7 +168,7 @@ def _all(constraints: Sequence[Constraint]) -> Callable[[int], bool]:
     return lambda t: all(test(t) for test in tests)
 
 
-def _grow(index, vector: np.ndarray, agg: Aggregator, want: int, floor: float,
+def _grow(index: VectorIndex, vector: np.ndarray, agg: Aggregator, want: int, floor: float,
           allowed: Optional[Callable[[int], bool]], universe: Callable[[], list[int]],
           store: MemoryStore) -> list[Candidate]:
     """hnswlib with growing k until ``want`` candidates pass the filters or similarity runs out.
@@ -235,7 +238,7 @@ class GistRanker:
         """Gists already read (rows are never updated, only inserted): JSON parsing is most of a read."""
         self._columns = _GistColumns()
 
-    def layer_gists(self, conn, layer: str) -> frozenset[int]:
+    def layer_gists(self, conn: sqlite3.Connection, layer: str) -> frozenset[int]:
         """Ids of the gists that cover a layer, kept per layer and caught up with new gists.
 
         Gists are only ever inserted (ids grow), so the set for ids up to the
@@ -255,7 +258,7 @@ class GistRanker:
                     self._by_layer[layer] = (top, ids)
         return ids
 
-    def _allowed(self, conn, f: Filters) -> set[int]:
+    def _allowed(self, conn: sqlite3.Connection, f: Filters) -> set[int]:
         """Ids of the gists that pass the filters: ``predicates`` evaluated on in-memory columns."""
         ids = self._columns.sync(conn).matching(f)
         if not f.layer:
@@ -264,8 +267,9 @@ class GistRanker:
         return {g for g in ids.tolist() if g in layered}
 
     @staticmethod
-    def predicates(f: Filters) -> tuple[str, list]:
-        parts, params = [], []
+    def predicates(f: Filters) -> tuple[str, list[object]]:
+        parts: list[str] = []
+        params: list[object] = []
         if f.after is not None:
             parts.append("g.time_end >= ?")
             params.append(f.after)
@@ -368,7 +372,7 @@ class _GistColumns:
         self.ids, self.t0, self.t1, self.episode = np.empty(0, np.int64), empty, empty, empty
         self.cx, self.cy, self.radius = empty, empty, empty
 
-    def sync(self, conn) -> "_GistColumns":
+    def sync(self, conn: sqlite3.Connection) -> "_GistColumns":
         top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM gists").fetchone()[0]
         if top <= self._top:  # lower: this thread's snapshot predates another's catch-up
             return self
@@ -404,20 +408,19 @@ class _GistColumns:
             keep &= episode == f.episode
         if f.center is not None:
             x, y, _ = f.center
-            reach = f.radius + radius
+            reach = (f.radius or 0.0) + radius
             with np.errstate(invalid="ignore"):
                 keep &= ~np.isnan(cx) & ((cx - x) * (cx - x) + (cy - y) * (cy - y) <= reach * reach)
         return ids[keep]
 
 
-def _gist_vectors(conn, ids: list[int], dim: int) -> np.ndarray:
+def _gist_vectors(conn: sqlite3.Connection, ids: list[int], dim: int) -> np.ndarray:
     out = np.zeros((len(ids), dim), dtype=np.float32)
     position = {g: i for i, g in enumerate(ids)}
-    for start in range(0, len(ids), 900):
-        chunk = ids[start : start + 900]
-        marks = ",".join("?" * len(chunk))
+    for chunk in chunked(ids):
+        slots = marks(len(chunk))
         for gid, blob in conn.execute(
-                f"SELECT id, embedding FROM gists WHERE id IN ({marks}) AND embedding IS NOT NULL", chunk):
+                f"SELECT id, embedding FROM gists WHERE id IN ({slots}) AND embedding IS NOT NULL", chunk):
             out[position[gid]] = codec.blob_to_vector(blob, dim)
     return out
 
@@ -425,12 +428,12 @@ def _gist_vectors(conn, ids: list[int], dim: int) -> np.ndarray:
 def fuse(vector_lists: Sequence[list[Candidate]], keyword_lists: Sequence[list[Candidate]], now: float,
          weight: float, halflife: float) -> list[Candidate]:
     """One RRF over kinds: vector lists merge by cosine, keyword lists interleave by rank."""
-    by_key: dict[tuple[str, int], Candidate] = {}
-    vector: list[tuple[tuple[str, int], float]] = []
+    by_key: dict[object, Candidate] = {}
+    vector: list[tuple[object, float]] = []
     for item in sorted((c for lst in vector_lists for c in lst), key=lambda c: -(c.similarity or 0.0)):
         by_key.setdefault((item.kind, item.key), item)
         vector.append(((item.kind, item.key), item.similarity or 0.0))
-    keyword: list[tuple[str, int]] = []
+    keyword: list[object] = []
     depth = max((len(lst) for lst in keyword_lists), default=0)
     for rank in range(depth):
         for lst in keyword_lists:
@@ -484,7 +487,7 @@ def text_hits_by_key(store: MemoryStore, agg: Aggregator, candidates: Sequence[C
     return out
 
 
-def _fallback_representative(store: MemoryStore, agg: Aggregator, text_id: int):
+def _fallback_representative(store: MemoryStore, agg: Aggregator, text_id: int) -> Optional[Representative]:
     """An area match whose observations sit just outside the circle: use its newest place."""
     if agg.area is None:
         return None

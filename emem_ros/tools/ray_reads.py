@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, MAX_SIGMA, RaySet
+from emem_ros.storage.sqlutil import chunked, marks
 
 MAX_RAYS_PER_TEXT = 1500
 """Newest rays read per text (about 25 minutes of a 1 Hz detection stream)."""
@@ -45,14 +47,14 @@ class TextRays:
 _COLUMNS = "id, stamp, layer, text_id, json_extract(metadata, '$.ray'), json_extract(metadata, '$.view_range')"
 
 
-def read_rays(conn, text_ids: Sequence[int], layers: Sequence[str], after: Optional[float],
+def read_rays(conn: sqlite3.Connection, text_ids: Sequence[int], layers: Sequence[str], after: Optional[float],
               before: Optional[float], per_text: int = MAX_RAYS_PER_TEXT) -> TextRays:
     """Rays of ``text_ids`` in ``layers`` and [after, before]; rows without a valid ray are left out."""
     lo = after if after is not None else -math.inf
     hi = before if before is not None else math.inf
-    marks = ",".join("?" * len(layers))
+    slots = marks(len(layers))
     sql = (f"SELECT {_COLUMNS} FROM observations WHERE text_id = ? AND stamp >= ? AND stamp <= ?"
-           f" AND layer IN ({marks}) AND metadata IS NOT NULL ORDER BY stamp DESC LIMIT ?")
+           f" AND layer IN ({slots}) AND metadata IS NOT NULL ORDER BY stamp DESC LIMIT ?")
     rows: list[tuple] = []
     capped = []
     for text_id in text_ids:
@@ -64,13 +66,12 @@ def read_rays(conn, text_ids: Sequence[int], layers: Sequence[str], after: Optio
     return _decode(rows, capped)
 
 
-def read_place_rays(conn, observation_ids: Sequence[int]) -> TextRays:
+def read_place_rays(conn: sqlite3.Connection, observation_ids: Sequence[int]) -> TextRays:
     """The rays of these observations (places' newest sightings), by id."""
     rows: list[tuple] = []
     ids = list(observation_ids)
-    for start in range(0, len(ids), 900):
-        chunk = ids[start:start + 900]
-        rows += conn.execute(f"SELECT {_COLUMNS} FROM observations WHERE id IN ({','.join('?' * len(chunk))})",
+    for chunk in chunked(ids):
+        rows += conn.execute(f"SELECT {_COLUMNS} FROM observations WHERE id IN ({marks(len(chunk))})",
                              chunk).fetchall()
     return _decode(rows, [])
 

@@ -57,21 +57,21 @@ def _aggregate(store: MemoryStore, places: PlaceArrays, text_ids: list[int], lo:
                layer: Optional[str], per_text: int) -> tuple[PlaceArrays, list[int]]:
     parts, params = [], []
     extra = " AND layer = ?" if layer else ""
-    for text_id in text_ids:
-        mine = places.text_id == text_id
+    for wanted in text_ids:
+        mine = places.text_id == wanted
         start = max(lo, float(places.first[mine].min()))  # nothing of this text before its first place
         end = min(hi, float(places.last[mine].max()))
         parts.append(
             "SELECT * FROM (SELECT text_id, layer, x, y, COALESCE(z, 0.0), stamp, id FROM observations"
             " WHERE text_id = ? AND stamp BETWEEN ? AND ? AND x IS NOT NULL AND y IS NOT NULL"
             f" AND source_type != ?{extra} ORDER BY stamp DESC LIMIT ?)")
-        params += [text_id, start, end, _BODY, *([layer] if layer else []), per_text]
+        params += [wanted, start, end, _BODY, *([layer] if layer else []), per_text]
     rows: list[tuple] = []
     conn = store.reader()
-    for first in range(0, len(parts), 50):
+    for start in range(0, len(parts), 50):
         per = len(params) // len(parts)
-        rows += conn.execute(" UNION ALL ".join(parts[first:first + 50]),
-                             params[first * per:(first + len(parts[first:first + 50])) * per]).fetchall()
+        rows += conn.execute(" UNION ALL ".join(parts[start:start + 50]),
+                             params[start * per:(start + len(parts[start:start + 50])) * per]).fetchall()
     if not rows:
         return PlaceArrays.empty(), []
     cols = list(zip(*rows))

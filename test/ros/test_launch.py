@@ -20,7 +20,6 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 pytest.importorskip("launch_testing")
 
-import launch  # noqa: E402
 import launch_testing  # noqa: E402
 import launch_testing.actions  # noqa: E402
 import launch_testing.asserts  # noqa: E402
@@ -30,6 +29,8 @@ from launch.actions import IncludeLaunchDescription  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 from lifecycle_msgs.msg import State  # noqa: E402
 from lifecycle_msgs.srv import GetState  # noqa: E402
+
+import launch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_FILE = ROOT / "launch" / "memory.launch.py"

@@ -20,13 +20,13 @@ pytest.importorskip("emem_ros.srv", reason="build and source emem_ros (colcon bu
 if importlib.util.find_spec("vision_msgs") is None:  # pragma: no cover - depends on the ROS install
     pytest.skip("vision_msgs is not installed", allow_module_level=True)
 
-from nav_msgs.msg import Odometry  # noqa: E402
-from rclpy.duration import Duration  # noqa: E402
-from rclpy.time import Time  # noqa: E402
-from sensor_msgs.msg import CameraInfo  # noqa: E402
-from vision_msgs.msg import Detection2D, Detection2DArray, ObjectHypothesisWithPose  # noqa: E402
+from nav_msgs.msg import Odometry
+from rclpy.duration import Duration
+from rclpy.time import Time
+from sensor_msgs.msg import CameraInfo
+from vision_msgs.msg import Detection2D, Detection2DArray, ObjectHypothesisWithPose
 
-from test.ros.test_node import Harness  # noqa: E402
+from test.ros.test_node import Harness
 
 TARGET = (3.0, 4.0)
 FX, CX, WIDTH = 400.0, 320.0, 640

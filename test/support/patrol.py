@@ -90,7 +90,7 @@ def multi_room_patrol(add: AddFn, n: int, *, start: float = 1_763_000_000.0, see
         nonlocal tick, battery
         name, cell, scenes, objects = ROOMS[room]
         ox, oy = _room_origin(cell)
-        for label, lx, ly in objects:
+        for label, _lx, _ly in objects:
             if rng.random() < 0.45:
                 emit(label, x, y, 0.0, "detections", "perception", round(0.5 + rng.random() / 2, 3),
                      {"class_id": label, "score": 0.9, "position_source": "odometry"})

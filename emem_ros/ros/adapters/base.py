@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Protocol
 
+from emem_ros.core.numbers import finite_or_none
 from emem_ros.core.types import SourceType
 from emem_ros.ingest.drafts import ObservationDraft
 
@@ -26,8 +27,11 @@ ELLIPSIS = "…"
 class LayerLike(Protocol):
     """The part of ``LayerSpec`` an adapter reads."""
 
-    name: str
-    is_internal_state: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_internal_state(self) -> bool: ...
 
 
 Adapter = Callable[[Any, LayerLike, float], list[ObservationDraft]]
@@ -117,15 +121,8 @@ def finite(value: Any, what: str) -> float:
     return number
 
 
-def as_float(value: Any) -> Optional[float]:
-    """A finite float, or None for NaN, inf, None and non-numbers (bools and strings excluded)."""
-    if value is None or isinstance(value, (bool, str, bytes, bytearray)):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+as_float = finite_or_none
+"""A finite float, or None for NaN, inf, None and non-numbers (bools and strings excluded)."""
 
 
 def byte_value(value: Any) -> int:

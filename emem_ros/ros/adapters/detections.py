@@ -15,7 +15,14 @@ from typing import Any, Optional
 from emem_ros.core.types import Position
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.ros.adapters.base import (
-    LayerLike, SkipMessage, as_float, draft, frame_of, message_stamp, note, stamp_seconds,
+    LayerLike,
+    SkipMessage,
+    as_float,
+    draft,
+    frame_of,
+    message_stamp,
+    note,
+    stamp_seconds,
 )
 from emem_ros.ros.intake import SUBJECT_KEY
 
@@ -49,7 +56,7 @@ def _adapt_array(msg: Any, layer: LayerLike, receive_time: float, three_d: bool)
         metadata: dict[str, Any] = {SUBJECT_KEY: class_id, "class_id": class_id, "score": score}
         others = [[c, s] for i, (c, s, _) in enumerate(hypotheses) if i != best]
         if others:
-            others.sort(key=lambda pair: -pair[1])
+            others.sort(key=lambda pair: -float(pair[1]))  # type: ignore[arg-type]  # [class, score] pairs
             metadata["hypotheses"] = others[:OTHER_HYPOTHESES]
         track_id = getattr(detection, "id", "")
         if isinstance(track_id, str) and track_id:
@@ -95,9 +102,9 @@ def _bbox2d(bbox: Any) -> Optional[dict[str, list[float]]]:
     point = getattr(center, "position", center)  # vision_msgs/Pose2D or geometry_msgs/Pose2D
     values = [as_float(getattr(point, "x", None)), as_float(getattr(point, "y", None)),
               as_float(getattr(bbox, "size_x", None)), as_float(getattr(bbox, "size_y", None))]
-    if any(v is None for v in values):
-        return None
     cx, cy, sx, sy = values
+    if cx is None or cy is None or sx is None or sy is None:
+        return None
     return {"center": [round(cx, 3), round(cy, 3)], "size": [round(sx, 3), round(sy, 3)]}
 
 
@@ -126,11 +133,11 @@ def _object_position(result: Any, bbox: Any) -> tuple[Optional[Position], str]:
 def _point(point: Any) -> Optional[Position]:
     if point is None:
         return None
-    coords = (as_float(getattr(point, "x", None)), as_float(getattr(point, "y", None)),
-              as_float(getattr(point, "z", None)))
-    if any(c is None for c in coords):
+    x, y, z = (as_float(getattr(point, "x", None)), as_float(getattr(point, "y", None)),
+               as_float(getattr(point, "z", None)))
+    if x is None or y is None or z is None:
         return None
-    return coords  # type: ignore[return-value]
+    return (x, y, z)
 
 
 def _has_size(bbox: Any) -> bool:

@@ -11,7 +11,14 @@ from typing import Any
 
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.ros.adapters.base import (
-    LayerLike, SkipMessage, byte_value, cap_text, draft, message_stamp, note, text_field,
+    LayerLike,
+    SkipMessage,
+    byte_value,
+    cap_text,
+    draft,
+    message_stamp,
+    note,
+    text_field,
 )
 from emem_ros.ros.intake import SUBJECT_KEY
 

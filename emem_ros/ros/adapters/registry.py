@@ -14,7 +14,13 @@ from typing import Any, Optional
 
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.ros.adapters.base import (
-    DEFAULT_MAX_TEXT_LENGTH, Adapter, AdaptResult, LayerLike, SkipMessage, cap_text, collecting_notes,
+    DEFAULT_MAX_TEXT_LENGTH,
+    Adapter,
+    AdaptResult,
+    LayerLike,
+    SkipMessage,
+    cap_text,
+    collecting_notes,
 )
 from emem_ros.ros.adapters.battery import adapt_battery
 from emem_ros.ros.adapters.detections import adapt_detection2d_array, adapt_detection3d_array

@@ -3,7 +3,7 @@
 The query cache must never serve an answer that a later write could have
 changed. Rather than trusting every writer to say what it touched (a writer
 that forgets would serve stale answers), the store reports each committed
-transaction's statements (``MemoryStore.commit_listeners``) and this module
+transaction's statements (``MemoryStore.commits``) and this module
 reads the tables they wrote. Each scope has a generation counter; a cached
 answer remembers the generations of the scopes it depends on and is stale as
 soon as one moved.
@@ -36,6 +36,7 @@ import threading
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from emem_ros.core.types import SourceType
+from emem_ros.storage.events import Commit
 
 ANY = "*"
 OBS_ANY = "obs:*"
@@ -108,13 +109,15 @@ class WriteScopes:
             for scope in set(scopes):
                 self._generations[scope] = self._generations.get(scope, 0) + 1
 
-    def on_commit(self, statements: Optional[Sequence[Any]]) -> None:
-        """The store's commit listener: classify the statements and bump their scopes."""
+    def on_commit(self, commit: Commit) -> None:
+        """The store's commit subscriber: classify the statements and bump their scopes."""
         self.commits += 1
         try:
-            touched = self.classify(statements)
+            touched = self.classify(commit.statements)
         except Exception:  # never leave the cache trusting a write it could not read
             touched = {ANY}
+        if commit.reshaped:
+            touched.add(OBS_ANY)
         if touched:
             self.bump(touched)
 

@@ -1,9 +1,9 @@
 """The query cache: a question asked again is answered from memory while nothing it depends on changed.
 
-Where it hooks: it wraps the query tools of ``MemoryTools`` (typed calls,
-the eMEM-style facade and ``dispatch_tool_call`` all go through them) and
-``find_experiences``. A call is a hit when an earlier answer of the same tool
-has
+Where it hooks: ``MemoryTools.call`` (typed calls, the eMEM-style facade,
+``dispatch_tool_call``, ROS and MCP all go through it) asks ``answer`` for
+every tool whose ``ToolDef`` has a ``CachePolicy``. A call is a hit when an
+earlier answer of the same tool has
 
 1. the same arguments apart from the question text (times resolved to
    absolute seconds first, so "-10m" asked a minute later is another window);
@@ -36,8 +36,6 @@ entry stale rather than wrongly fresh.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import json
 import logging
 import re
@@ -45,17 +43,18 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from emem_ros.agent import scopes as sc
-from emem_ros.agent.scopes import WriteScopes, observation_scopes
 from emem_ros.core.errors import EmemError
+from emem_ros.tools import scopes as sc
 from emem_ros.tools.results import quoted
+from emem_ros.tools.scopes import WriteScopes
+from emem_ros.tools.spec import CachePolicy, ToolDef
 
 if TYPE_CHECKING:
-    from emem_ros.memory import Memory
+    from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -64,41 +63,6 @@ CACHE_NOTE = "answered from memory cache"
 _WORD = re.compile(r"[a-z0-9]+")
 _FUNCTION_WORDS = frozenset(
     "a an the is are am was were be been being s do does did please me my i you it its of".split())
-
-
-@dataclass(frozen=True)
-class CachePolicy:
-    """How one tool is cached."""
-
-    query_param: Optional[str]
-    """The free-text argument compared by meaning (None: all arguments must be equal)."""
-    depends: Callable[[dict[str, Any]], Iterable[str]]
-    """Scopes the answer depends on, given the call's arguments."""
-    clock_args: tuple[str, ...] = ()
-    """Arguments that, when given, make the answer depend on the clock (the key then includes it)."""
-    ranked_with_recency: bool = False
-    """Ranking applies recency weighting (bypass when recency_weight > 0)."""
-
-
-def _obs(args: dict[str, Any], *more: str) -> tuple[str, ...]:
-    layer = args.get("layer")
-    return observation_scopes(layer if isinstance(layer, str) and layer.strip() else None) + more
-
-
-POLICIES: dict[str, CachePolicy] = {
-    "semantic_search": CachePolicy(
-        "query", lambda a: _obs(a, sc.GISTS) + ((sc.EPISODES,) if a.get("episode_id") else ()),
-        ranked_with_recency=True),
-    "spatial_query": CachePolicy(None, lambda a: _obs(a, sc.GISTS)),
-    "temporal_query": CachePolicy(None, lambda a: _obs(a, sc.GISTS), clock_args=("last_n_minutes",)),
-    "search_gists": CachePolicy("query", lambda a: (sc.GISTS,), ranked_with_recency=True),
-    "entity_query": CachePolicy("name", lambda a: (sc.ENTITIES,)),
-    "locate": CachePolicy("concept", lambda a: _obs(a, sc.GISTS, sc.ENTITIES), ranked_with_recency=True),
-    "recall": CachePolicy("query", lambda a: _obs({}, sc.GISTS, sc.ENTITIES), ranked_with_recency=True),
-    "episode_summary": CachePolicy(None, lambda a: _obs({}, sc.EPISODES, sc.GISTS)),
-    "find_experiences": CachePolicy("query", lambda a: (sc.EXPERIENCES, sc.EPISODES)),
-}
-"""Tools answered from cache. body_status, get_current_context and memory_stats never are."""
 
 
 def keywords(text: str) -> frozenset[str]:
@@ -134,9 +98,9 @@ class _Lookup:
 
 
 class QueryCache:
-    def __init__(self, memory: "Memory", threshold: float = 0.95, size: int = 256, ttl: float = 300.0,
+    def __init__(self, engine: "Engine", threshold: float = 0.95, size: int = 256, ttl: float = 300.0,
                  enabled: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
-        self.memory = memory
+        self.engine = engine
         self.threshold = float(threshold)
         self.size = max(1, int(size))
         self.ttl = float(ttl)
@@ -144,7 +108,7 @@ class QueryCache:
         self.clock = clock
         """Wall-clock seconds for ages and the TTL (monotonic; replaceable in tests)."""
         self.scopes = WriteScopes()
-        memory.store.commit_listeners.append(self.scopes.on_commit)
+        engine.store.commits.subscribe(self.scopes.on_commit)
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._by_key: dict[str, list[int]] = {}
@@ -158,45 +122,34 @@ class QueryCache:
         self.evicted = 0
 
     @classmethod
-    def for_memory(cls, memory: "Memory") -> "QueryCache":
-        config = memory.config
-        return cls(memory, threshold=getattr(config, "query_cache_threshold", 0.95),
-                   size=getattr(config, "query_cache_size", 256), ttl=getattr(config, "query_cache_ttl", 300.0),
-                   enabled=getattr(config, "query_cache_enabled", True))
+    def for_engine(cls, engine: "Engine") -> "QueryCache":
+        config = engine.config
+        return cls(engine, threshold=config.query_cache_threshold, size=config.query_cache_size,
+                   ttl=config.query_cache_ttl, enabled=config.query_cache_enabled)
 
-    # ------------------------------------------------------------------ wrapping tools
-    def wrap(self, tool: str, fn: Callable[..., Any], policy: CachePolicy,
-             time_params: Iterable[str] = ()) -> Callable[..., Any]:
-        """``fn`` answered from cache where the policy allows; same signature, same errors."""
-        signature = inspect.signature(fn)
-        times = frozenset(time_params)
+    # ------------------------------------------------------------------ answering
+    def answer(self, tool: ToolDef, arguments: dict[str, Any], compute: Callable[[], Any]) -> Any:
+        """``compute()``'s result, or an equal earlier one from cache where ``tool``'s policy allows.
 
-        @functools.wraps(fn)
-        def cached(*args: Any, **kwargs: Any) -> Any:
-            if not self.enabled or (policy.ranked_with_recency and self.memory.config.recency_weight > 0):
-                self.bypassed += 1
-                return fn(*args, **kwargs)
-            try:
-                bound = signature.bind(*args, **kwargs)
-            except TypeError:
-                return fn(*args, **kwargs)  # let the tool say what is wrong
-            bound.apply_defaults()
-            arguments = dict(bound.arguments)
-            lookup = self._lookup_for(tool, arguments, policy, times)
-            if lookup is None:
-                self.bypassed += 1
-                return fn(*args, **kwargs)
-            self._make_writes_visible()
-            hit = self._find(tool, lookup)
-            if hit is not None:
-                return hit
-            snapshot = self.scopes.snapshot(policy.depends(arguments))
-            result = fn(*args, **kwargs)
-            self._store(tool, lookup, snapshot, result)
-            return result
-
-        cached.__signature__ = signature  # type: ignore[attr-defined]
-        return cached
+        ``arguments`` are the call's bound arguments with defaults applied.
+        """
+        policy = tool.cache
+        if policy is None or not self.enabled or (
+                policy.ranked_with_recency and self.engine.config.recency_weight > 0):
+            self.bypassed += 1
+            return compute()
+        lookup = self._lookup_for(tool.name, dict(arguments), policy, frozenset(tool.time_params))
+        if lookup is None:
+            self.bypassed += 1
+            return compute()
+        self._make_writes_visible()
+        hit = self._find(tool.name, lookup)
+        if hit is not None:
+            return hit
+        snapshot = self.scopes.snapshot(policy.depends(arguments))
+        result = compute()
+        self._store(tool.name, lookup, snapshot, result)
+        return result
 
     def _lookup_for(self, tool: str, arguments: dict[str, Any], policy: CachePolicy,
                     times: frozenset[str]) -> Optional[_Lookup]:
@@ -211,11 +164,11 @@ class QueryCache:
             value = arguments.get(name)
             if value is not None:
                 try:
-                    arguments[name] = self.memory.resolve_time(value)
+                    arguments[name] = self.engine.resolve_time(value)
                 except (EmemError, ValueError, TypeError):
                     return None
         if any(arguments.get(name) is not None for name in policy.clock_args):
-            arguments["@now"] = self.memory.now()
+            arguments["@now"] = self.engine.now()
         try:
             key = json.dumps([tool, arguments, question is None], sort_keys=True, allow_nan=False, default=repr)
         except (TypeError, ValueError):
@@ -223,7 +176,7 @@ class QueryCache:
         vector = None
         if question is not None:
             try:
-                vector = np.asarray(self.memory.embed_query(question), dtype=np.float32)
+                vector = np.asarray(self.engine.embed_query(question), dtype=np.float32)
             except Exception:  # the tool will report the embedder's failure itself
                 return None
         return _Lookup(key, question, keywords(question) if question else frozenset(), vector)
@@ -234,12 +187,9 @@ class QueryCache:
         Then a commit this process did not make (another process writing the same
         file moves its ``log_seq`` past our log) counts as a write to everything.
         """
-        store = self.memory.store
-        self.memory.flush_for_query()  # best-effort: a question never fails because storing does
-        apply_deferred = getattr(store, "apply_deferred", None)
-        if callable(apply_deferred):
-            apply_deferred()
-        oplog = getattr(store, "oplog", None)
+        store = self.engine.store
+        self.engine.flush_for_query()  # best-effort: a question never fails because storing does
+        oplog = store.oplog
         if oplog is None:
             return
         row = store.reader().execute("SELECT value FROM meta WHERE key='log_seq'").fetchone()
@@ -286,7 +236,7 @@ class QueryCache:
         else:
             note = f"{CACHE_NOTE}: same call as {age:.0f} s ago"
         note += "; nothing it depends on was written since"
-        return _copy(entry.result, now=self.memory.now(), note=note)
+        return _copy(entry.result, now=self.engine.now(), note=note)
 
     def _store(self, tool: str, lookup: _Lookup, snapshot: dict[str, int], result: Any) -> None:
         if not dataclasses.is_dataclass(result) or not hasattr(result, "notes"):
