@@ -26,6 +26,7 @@ demo: $(STAMP)
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(BIN)/emem replay rosbags/patrol_db3 --params config/memory.yaml --db $(DEMO_DIR)/memory.db
 	$(BIN)/emem query $(DEMO_DIR)/memory.db locate concept="red mug"
+	$(BIN)/emem query $(DEMO_DIR)/memory.db locate concept=chair
 	$(BIN)/emem query $(DEMO_DIR)/memory.db body_status
 	$(BIN)/emem query $(DEMO_DIR)/memory.db body_status 'layers=["battery"]' below=50
 	$(BIN)/emem query $(DEMO_DIR)/memory.db temporal_query time_after=2025-03-14T09:10:24Z time_before=2025-03-14T09:10:50Z n_results=5

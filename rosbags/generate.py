@@ -1,19 +1,33 @@
 #!/usr/bin/env python3
-"""Write the bundled patrol bags and their ground truth (deterministic: same seed, same bytes).
+"""Write the bundled bags and their ground truth (deterministic: same seed, same bytes).
 
 A differential-drive robot patrols a small flat (kitchen, hallway, living
-room, office) three times, stopping at look-out points to turn once on the
-spot. Everything it "perceives" is computed from a known world, so a replay
-can be checked against ``ground_truth.json``: where each object is, which
-room the robot was in when, what it saw there, and when the battery fell
-below given levels.
+room, office), stopping at look-out points to turn once on the spot.
+Everything it "perceives" is computed from a known world, so a replay can be
+checked against the ground truth: where each object is, which room the
+robot was in when, what it saw there, and when the battery fell below given
+levels.
+
+The 2-D detector is a camera model: a pinhole camera (``CAMERA``: 640 x 480
+px, fx = fy = 381 px, i.e. ±40° across) mounted 20 cm ahead of the base and
+90 cm up, looking forward, taking a frame every 0.5 s half-way between two
+odometry messages. An object is detected when its centre is in the field of
+view, within 6 m and in the robot's room (walls hide the others), nine
+frames in ten. Its box is the projection of the object's bounding box with
+Gaussian pixel noise on centre and size (``PIXEL_NOISE``), clipped to the
+image as detectors do (a half-visible sofa's box centre lies inwards of the
+sofa); two boxes in a hundred land somewhere else in the image (a detector's
+mistake). The camera's intrinsics are published on ``/camera/camera_info``.
 
     python rosbags/generate.py --out rosbags        (or: make bags)
 
 writes ``patrol_db3/`` (sqlite3 storage, zstd per message, as ``ros2 bag
 record --compression-mode message`` does) and ``patrol_mcap/`` (mcap, zstd
-chunks) with the same messages, plus ``ground_truth.json``. Topics and types
-match the layers of config/memory.yaml.
+chunks) with the same messages, plus ``ground_truth.json``; and
+``camera_only_mcap/`` with its ``ground_truth_camera_only.json``: another
+patrol (two laps, other noise) of a robot with the camera alone (odometry,
+2-D detections, CameraInfo, captions; no 3-D detector, no body topics).
+Topics and types match the layers of config/memory.yaml.
 """
 
 from __future__ import annotations
@@ -56,10 +70,42 @@ WARN_WINDOW = (400.0, 460.0)
 """Seconds after START during which the left motor reports a WARN."""
 
 CAMERA_FOV = math.radians(40.0)
-"""Half-angle of the camera's view."""
+"""Half-angle of the view of the 3-D detector and the captioner (the 2-D camera's: ``CAMERA``)."""
 RANGE_2D = 6.0
 RANGE_3D = 4.5
-IMAGE_W, IMAGE_H, FOCAL = 640, 480, 320.0
+CAMERA_PERIOD = 5
+"""Odometry steps between camera frames (2 Hz)."""
+CAMERA_PHASE = 0.05
+"""Seconds after an odometry message that a frame is taken: a detection's pose must be interpolated."""
+PIXEL_NOISE = 4.0
+"""Pixels (1 sigma) of box-centre noise."""
+WRONG_BOX = 0.02
+"""Share of boxes placed at a random column (a detector's mistake)."""
+MISSED = 0.1
+"""Share of visible objects a frame misses."""
+
+
+@dataclass(frozen=True)
+class Camera:
+    """A pinhole camera on the robot: intrinsics, and where it sits (base frame)."""
+
+    width: int = 640
+    height: int = 480
+    fx: float = 381.0
+    fy: float = 381.0
+    cx: float = 320.0
+    cy: float = 240.0
+    x: float = 0.2
+    y: float = 0.0
+    z: float = 0.9
+    yaw: float = 0.0
+
+    @property
+    def half_fov(self) -> float:
+        return math.atan2(self.cx, self.fx)
+
+
+CAMERA = Camera()
 
 
 # ---------------------------------------------------------------------- the world
@@ -107,6 +153,8 @@ THINGS = (
     Thing("bookshelf", 9.0, 15.4, 1.0, (1.2, 0.4, 2.0)),
     Thing("coat rack", 6.5, 15.4, 1.0, (0.5, 0.5, 1.8)),
     Thing("fire extinguisher", 7.7, 8.0, 0.3, (0.2, 0.2, 0.6)),
+    Thing("chair", 3.4, 5.3, 0.45, (0.5, 0.5, 0.9)),  # one class, two rooms: both must be found
+    Thing("chair", 12.4, 10.0, 0.45, (0.5, 0.5, 0.9)),
 )
 
 LOOK = True
@@ -187,6 +235,63 @@ def in_view(pose: Pose, thing: Thing, max_range: float) -> Optional[tuple[float,
     return distance, bearing
 
 
+def pose_at(poses: list[Pose], t: float) -> Pose:
+    """The robot's pose at time t (between two steps: the motion is linear, the turn at a constant rate)."""
+    i = min(int(t / DT), len(poses) - 2)
+    a, b = poses[i], poses[i + 1]
+    w = (t - a.t) / (b.t - a.t)
+    return Pose(t, a.x + w * (b.x - a.x), a.y + w * (b.y - a.y), wrap(a.yaw + w * wrap(b.yaw - a.yaw)), a.v, a.w)
+
+
+def camera_pose(p: Pose, camera: Camera = CAMERA) -> tuple[float, float, float]:
+    """(x, y, yaw) of the camera in the map."""
+    c, s_ = math.cos(p.yaw), math.sin(p.yaw)
+    return p.x + c * camera.x - s_ * camera.y, p.y + s_ * camera.x + c * camera.y, wrap(p.yaw + camera.yaw)
+
+
+def project(p: Pose, thing: Thing, camera: Camera = CAMERA) -> Optional[tuple[float, float, float, float, float]]:
+    """(left, right, top, bottom, distance) of the thing's projected box (pixels), or None when not seen.
+
+    Seen: its centre within the field of view, 0.3-6 m away, in the robot's
+    room. The box is the projection of the thing's bounding box (its eight
+    corners), not yet clipped to the image.
+    """
+    if room_of(p.x, p.y) != room_of(thing.x, thing.y):
+        return None
+    cam_x, cam_y, cam_yaw = camera_pose(p, camera)
+    dx, dy = thing.x - cam_x, thing.y - cam_y
+    distance = math.hypot(dx, dy)
+    if not 0.3 <= distance <= RANGE_2D or abs(wrap(math.atan2(dy, dx) - cam_yaw)) > camera.half_fov:
+        return None
+    us, vs = [], []
+    for sx in (-0.5, 0.5):
+        for sy in (-0.5, 0.5):
+            cx, cy = thing.x + sx * thing.size[0] - cam_x, thing.y + sy * thing.size[1] - cam_y
+            forward = cx * math.cos(cam_yaw) + cy * math.sin(cam_yaw)
+            left = -cx * math.sin(cam_yaw) + cy * math.cos(cam_yaw)
+            forward = max(forward, 0.05)  # a corner beside the camera projects far off the image
+            us.append(camera.cx - camera.fx * left / forward)
+            for sz in (-0.5, 0.5):
+                vs.append(camera.cy - camera.fy * (thing.z + sz * thing.size[2] - camera.z) / forward)
+    return min(us), max(us), min(vs), max(vs), distance
+
+
+def detected_box(box: tuple[float, float, float, float, float], rng: random.Random, camera: Camera = CAMERA
+                 ) -> Optional[tuple[float, float, float, float]]:
+    """(u, v, width, height) a detector reports for a projected box: centre and size off by a few pixels,
+    sometimes placed at a random column, then clipped to the image as detectors do."""
+    left, right, top, bottom, _ = box
+    u, v = (left + right) / 2 + rng.gauss(0.0, PIXEL_NOISE), (top + bottom) / 2 + rng.gauss(0.0, PIXEL_NOISE)
+    w, h = max(2.0, right - left + rng.gauss(0.0, PIXEL_NOISE)), max(2.0, bottom - top + rng.gauss(0.0, PIXEL_NOISE))
+    if rng.random() < WRONG_BOX:
+        u = rng.uniform(0.0, camera.width)
+    left, right = max(u - w / 2, 0.0), min(u + w / 2, float(camera.width))
+    top, bottom = max(v - h / 2, 0.0), min(v + h / 2, float(camera.height))
+    if right - left < 2.0 or bottom - top < 2.0:
+        return None
+    return (left + right) / 2, (top + bottom) / 2, right - left, bottom - top
+
+
 # ---------------------------------------------------------------------- messages
 @dataclass
 class Topic:
@@ -251,6 +356,16 @@ class Messages:
         return T["vision_msgs/msg/Detection3D"](header=self.header(t, FRAME), results=hypotheses, bbox=bbox,
                                                 id=track)
 
+    def camera_info(self, t: float, camera: Camera = CAMERA) -> Any:
+        T = self.T
+        k = np.array([camera.fx, 0.0, camera.cx, 0.0, camera.fy, camera.cy, 0.0, 0.0, 1.0])
+        p = np.array([camera.fx, 0.0, camera.cx, 0.0, 0.0, camera.fy, camera.cy, 0.0, 0.0, 0.0, 1.0, 0.0])
+        roi = T["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)
+        return T["sensor_msgs/msg/CameraInfo"](
+            header=self.header(t, "camera"), height=camera.height, width=camera.width, distortion_model="plumb_bob",
+            d=np.zeros(5), k=k, r=np.array([1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]), p=p,
+            binning_x=0, binning_y=0, roi=roi)
+
     def battery(self, t: float, fraction: float) -> Any:
         empty = np.zeros(0, dtype=np.float32)
         return self.T["sensor_msgs/msg/BatteryState"](
@@ -274,86 +389,101 @@ def ns(t: float, latency: float = 0.0) -> int:
     return START_NS + int(round((t + latency) * 1e9))
 
 
-def record(seed: int = SEED, laps: int = LAPS) -> tuple[list[Topic], dict[str, Any]]:
-    """Every message of the patrol, and what really happened."""
-    rng = random.Random(seed)
+def record(seed: int = SEED, laps: int = LAPS, *, depth: bool = True, body: bool = True
+           ) -> tuple[list[Topic], dict[str, Any]]:
+    """Every message of the patrol, and what really happened.
+
+    ``depth``: with the 3-D detector; ``body``: with battery, CPU temperature,
+    diagnostics and the (ignored) velocity commands. Each sensor draws from its
+    own random stream, so one sensor's changes leave the others' messages alone.
+    """
+    rng_2d, rng_3d = random.Random(seed), random.Random(seed + 1)
     store = load_typestore("humble", own_msgs=False)
     m = Messages(store)
     poses = drive(laps)
-    topics = {name: Topic(name, kind) for name, kind in (
-        ("/odom", "nav_msgs/msg/Odometry"),
-        ("/detections", "vision_msgs/msg/Detection2DArray"),
-        ("/detections_3d", "vision_msgs/msg/Detection3DArray"),
-        ("/scene", "std_msgs/msg/String"),
-        ("/battery", "sensor_msgs/msg/BatteryState"),
-        ("/cpu_temp", "sensor_msgs/msg/Temperature"),
-        ("/diagnostics", "diagnostic_msgs/msg/DiagnosticArray"),
-        ("/cmd_vel", "geometry_msgs/msg/Twist"),
-    )}
-    seen_at: list[tuple[float, str]] = []  # (t, object name) of every 2-D detection
-    seen_3d: dict[str, int] = {thing.name: 0 for thing in THINGS}
+    kinds = [("/odom", "nav_msgs/msg/Odometry"), ("/camera/camera_info", "sensor_msgs/msg/CameraInfo"),
+             ("/detections", "vision_msgs/msg/Detection2DArray")]
+    if depth:
+        kinds.append(("/detections_3d", "vision_msgs/msg/Detection3DArray"))
+    kinds.append(("/scene", "std_msgs/msg/String"))
+    if body:
+        kinds += [("/battery", "sensor_msgs/msg/BatteryState"), ("/cpu_temp", "sensor_msgs/msg/Temperature"),
+                  ("/diagnostics", "diagnostic_msgs/msg/DiagnosticArray"), ("/cmd_vel", "geometry_msgs/msg/Twist")]
+    topics = {name: Topic(name, kind) for name, kind in kinds}
+    seen_at: list[tuple[float, int, tuple[float, float]]] = []  # (t, thing, camera xy) of every 2-D detection
+    seen_3d = [0] * len(THINGS)
     battery_below: dict[str, float] = {}
-    tracks = {thing.name: f"trk-{i + 1}" for i, thing in enumerate(THINGS)}
+    tracks = [f"trk-{i + 1}" for i in range(len(THINGS))]
 
     for i, p in enumerate(poses):
         topics["/odom"].messages.append((ns(p.t, 0.002), m.odometry(p)))
-        if i % 5 == 0:  # 2 Hz
-            topics["/cmd_vel"].messages.append((ns(p.t, 0.001), store.types["geometry_msgs/msg/Twist"](
-                linear=m.vec3(p.v), angular=m.vec3(z=p.w))))
-            detections = []
-            for thing in THINGS:
-                view = in_view(p, thing, RANGE_2D)
-                if view is None or rng.random() < 0.1:  # the detector misses one frame in ten
-                    continue
-                distance, bearing = view
-                score = min(0.99, max(0.35, 0.97 - 0.06 * distance + rng.gauss(0.0, 0.03)))
-                hypotheses = [m.hypothesis(thing.name, score)]
-                if thing.also and rng.random() < 0.5:
-                    hypotheses.append(m.hypothesis(thing.also, score * 0.4))
-                u = IMAGE_W / 2 - FOCAL * math.tan(bearing)
-                w = max(8.0, FOCAL * thing.size[1] / distance)
-                h = max(8.0, FOCAL * thing.size[2] / distance)
-                detections.append(m.detection2d(p.t, hypotheses, round(u, 1), IMAGE_H / 2 + 40.0, round(w, 1),
-                                                round(h, 1), tracks[thing.name]))
-                seen_at.append((p.t, thing.name))
-            # A real detector publishes every frame, objects or not: empty arrays included.
-            topics["/detections"].messages.append((ns(p.t, 0.06), store.types["vision_msgs/msg/Detection2DArray"](
-                header=m.header(p.t, "camera"), detections=detections)))
         if i % 10 == 0:  # 1 Hz
+            topics["/camera/camera_info"].messages.append((ns(p.t + CAMERA_PHASE, 0.005),
+                                                          m.camera_info(p.t + CAMERA_PHASE)))
+        if i % CAMERA_PERIOD == 0 and i + 1 < len(poses):  # 2 Hz, half-way to the next odometry message
+            t = p.t + CAMERA_PHASE
+            at = pose_at(poses, t)
+            if body:
+                topics["/cmd_vel"].messages.append((ns(p.t, 0.001), store.types["geometry_msgs/msg/Twist"](
+                    linear=m.vec3(p.v), angular=m.vec3(z=p.w))))
             detections = []
-            for thing in THINGS:
-                view = in_view(p, thing, RANGE_3D)
-                if view is None:
+            for k, thing in enumerate(THINGS):
+                box = project(at, thing)
+                if box is None or rng_2d.random() < MISSED:
                     continue
-                at = (thing.x + rng.gauss(0.0, 0.04), thing.y + rng.gauss(0.0, 0.04), thing.z)
-                at = (round(at[0], 3), round(at[1], 3), at[2])
-                seen_3d[thing.name] += 1
-                score = min(0.99, 0.93 - 0.04 * view[0])
-                detections.append(m.detection3d(p.t, [m.hypothesis(thing.name, score, at)], at, thing.size,
-                                                tracks[thing.name]))
-            if detections:  # the 3-D detector only publishes when it found something
-                topics["/detections_3d"].messages.append((ns(p.t, 0.12), store.types[
-                    "vision_msgs/msg/Detection3DArray"](header=m.header(p.t, FRAME), detections=detections)))
-            fraction = round(BATTERY_START - BATTERY_DRAIN * p.t, 4)
-            topics["/battery"].messages.append((ns(p.t, 0.01), m.battery(p.t, fraction)))
-            for level in BATTERY_LEVELS:
-                if fraction < level and f"{level:.2f}" not in battery_below:
-                    battery_below[f"{level:.2f}"] = round(START + p.t, 3)
-            celsius = 41.0 + 7.0 * (1 - math.exp(-p.t / 240.0)) + 1.5 * math.sin(p.t / 40.0)
-            topics["/cpu_temp"].messages.append((ns(p.t, 0.01), store.types["sensor_msgs/msg/Temperature"](
-                header=m.header(p.t, "cpu"), temperature=round(celsius, 2), variance=0.0)))
-            warn = WARN_WINDOW[0] <= p.t < WARN_WINDOW[1]
-            motor_temp = 68.0 if warn else 44.0
-            topics["/diagnostics"].messages.append((ns(p.t, 0.02), m.diagnostics(p.t, [
-                (1 if warn else 0, "motor_left", "temperature high" if warn else "ok", "mc-1",
-                 {"temperature": f"{motor_temp:.1f}"}),
-                (0, "lidar", "ok", "lidar-0", {"frequency": "10.0"}),
-            ])))
+                distance = box[4]
+                score = min(0.99, max(0.35, 0.97 - 0.06 * distance + rng_2d.gauss(0.0, 0.03)))
+                hypotheses = [m.hypothesis(thing.name, score)]
+                if thing.also and rng_2d.random() < 0.5:
+                    hypotheses.append(m.hypothesis(thing.also, score * 0.4))
+                reported = detected_box(box, rng_2d)
+                if reported is None:
+                    continue
+                u, v, w, h = reported
+                detections.append(m.detection2d(t, hypotheses, round(u, 1), round(v, 1), round(w, 1), round(h, 1),
+                                                tracks[k]))
+                cam_x, cam_y, _ = camera_pose(at)
+                seen_at.append((t, k, (cam_x, cam_y)))
+            # A real detector publishes every frame, objects or not: empty arrays included.
+            topics["/detections"].messages.append((ns(t, 0.06), store.types["vision_msgs/msg/Detection2DArray"](
+                header=m.header(t, "camera"), detections=detections)))
+        if i % 10 == 0:  # 1 Hz
+            if depth:
+                detections = []
+                for k, thing in enumerate(THINGS):
+                    view = in_view(p, thing, RANGE_3D)
+                    if view is None:
+                        continue
+                    found = (thing.x + rng_3d.gauss(0.0, 0.04), thing.y + rng_3d.gauss(0.0, 0.04), thing.z)
+                    found = (round(found[0], 3), round(found[1], 3), found[2])
+                    seen_3d[k] += 1
+                    score = min(0.99, 0.93 - 0.04 * view[0])
+                    detections.append(m.detection3d(p.t, [m.hypothesis(thing.name, score, found)], found,
+                                                    thing.size, tracks[k]))
+                if detections:  # the 3-D detector only publishes when it found something
+                    topics["/detections_3d"].messages.append((ns(p.t, 0.12), store.types[
+                        "vision_msgs/msg/Detection3DArray"](header=m.header(p.t, FRAME), detections=detections)))
+            if body:
+                fraction = round(BATTERY_START - BATTERY_DRAIN * p.t, 4)
+                topics["/battery"].messages.append((ns(p.t, 0.01), m.battery(p.t, fraction)))
+                for level in BATTERY_LEVELS:
+                    if fraction < level and f"{level:.2f}" not in battery_below:
+                        battery_below[f"{level:.2f}"] = round(START + p.t, 3)
+                celsius = 41.0 + 7.0 * (1 - math.exp(-p.t / 240.0)) + 1.5 * math.sin(p.t / 40.0)
+                topics["/cpu_temp"].messages.append((ns(p.t, 0.01), store.types["sensor_msgs/msg/Temperature"](
+                    header=m.header(p.t, "cpu"), temperature=round(celsius, 2), variance=0.0)))
+                warn = WARN_WINDOW[0] <= p.t < WARN_WINDOW[1]
+                motor_temp = 68.0 if warn else 44.0
+                topics["/diagnostics"].messages.append((ns(p.t, 0.02), m.diagnostics(p.t, [
+                    (1 if warn else 0, "motor_left", "temperature high" if warn else "ok", "mc-1",
+                     {"temperature": f"{motor_temp:.1f}"}),
+                    (0, "lidar", "ok", "lidar-0", {"frequency": "10.0"}),
+                ])))
         if i % 50 == 0:  # every 5 s
             topics["/scene"].messages.append((ns(p.t, 0.3), store.types["std_msgs/msg/String"](
                 data=caption(p))))
 
-    truth = ground_truth(poses, seen_at, seen_3d, battery_below, seed, laps)
+    truth = ground_truth(poses, seen_at, seen_3d if depth else None, battery_below if body else None, seed, laps)
     return list(topics.values()), truth
 
 
@@ -368,8 +498,9 @@ def caption(p: Pose) -> str:
     return f"{ROOM_WORDS[room]} with {listed}"
 
 
-def ground_truth(poses: list[Pose], seen_at: list[tuple[float, str]], seen_3d: dict[str, int],
-                 battery_below: dict[str, float], seed: int, laps: int) -> dict[str, Any]:
+def ground_truth(poses: list[Pose], seen_at: list[tuple[float, int, tuple[float, float]]],
+                 seen_3d: Optional[list[int]], battery_below: Optional[dict[str, float]], seed: int,
+                 laps: int) -> dict[str, Any]:
     visits: list[dict[str, Any]] = []
     for p in poses:
         room = room_of(p.x, p.y)
@@ -379,23 +510,43 @@ def ground_truth(poses: list[Pose], seen_at: list[tuple[float, str]], seen_3d: d
         else:
             visits.append({"room": room, "start": stamp, "end": stamp})
     for visit in visits:
-        visit["objects"] = sorted({name for t, name in seen_at if visit["start"] <= START + t <= visit["end"]})
-    return {
-        "description": "Ground truth of the patrol bags (rosbags/generate.py); times are bag time, epoch seconds.",
+        visit["objects"] = sorted({THINGS[k].name for t, k, _ in seen_at
+                                   if visit["start"] <= START + t <= visit["end"]})
+    objects = []
+    for k, thing in enumerate(THINGS):
+        mine = [where for _, j, where in seen_at if j == k]
+        entry: dict[str, Any] = {
+            "name": thing.name, "room": room_of(thing.x, thing.y), "position": [thing.x, thing.y, thing.z],
+            "size": list(thing.size), "detections_2d": len(mine),
+            "poses_2d": len({(math.floor(x / POSE_CELL), math.floor(y / POSE_CELL)) for x, y in mine}),
+        }
+        if seen_3d is not None:
+            entry["detections_3d"] = seen_3d[k]
+        objects.append(entry)
+    truth: dict[str, Any] = {
+        "description": "Ground truth of a bundled bag (rosbags/generate.py); times are bag time, epoch seconds.",
         "seed": seed,
         "laps": laps,
         "frame_id": FRAME,
         "start": START,
         "end": round(START + poses[-1].t, 3),
+        "camera": {"topic": "/camera/camera_info", "width": CAMERA.width, "height": CAMERA.height,
+                   "fx": CAMERA.fx, "fy": CAMERA.fy, "cx": CAMERA.cx, "cy": CAMERA.cy,
+                   "mounting": {"x": CAMERA.x, "y": CAMERA.y, "z": CAMERA.z, "yaw": CAMERA.yaw},
+                   "pixel_noise": PIXEL_NOISE, "wrong_box": WRONG_BOX, "missed": MISSED, "range": RANGE_2D},
         "rooms": {r.name: {"min": list(r.lo), "max": list(r.hi), "center": list(r.center)} for r in ROOMS},
-        "objects": [{"name": t.name, "room": room_of(t.x, t.y), "position": [t.x, t.y, t.z],
-                     "detections_2d": sum(1 for _, name in seen_at if name == t.name),
-                     "detections_3d": seen_3d[t.name]} for t in THINGS],
+        "objects": objects,
         "visits": visits,
-        "battery_start": BATTERY_START,
-        "battery_below": battery_below,
-        "motor_warning": {"start": START + WARN_WINDOW[0], "end": START + WARN_WINDOW[1]},
     }
+    if battery_below is not None:
+        truth["battery_start"] = BATTERY_START
+        truth["battery_below"] = battery_below
+        truth["motor_warning"] = {"start": START + WARN_WINDOW[0], "end": START + WARN_WINDOW[1]}
+    return truth
+
+
+POSE_CELL = 0.5
+"""Metres: detections from camera positions in one cell of this size count as one pose (``poses_2d``)."""
 
 
 # ---------------------------------------------------------------------- writing
@@ -417,10 +568,13 @@ def write_bag(path: Path, topics: list[Topic], storage: StoragePlugin) -> None:
             writer.write(connections[name], stamp, store.serialize_cdr(topic.messages[k][1], topic.msgtype))
 
 
+CAMERA_ONLY_LAPS = 2
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
-                        help="folder for patrol_db3/, patrol_mcap/ and ground_truth.json (default: beside this script)")
+                        help="folder for the bags and their ground truth (default: beside this script)")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--laps", type=int, default=LAPS)
     args = parser.parse_args(argv)
@@ -428,15 +582,26 @@ def main(argv: Optional[list[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     topics, truth = record(args.seed, args.laps)
     for name, storage in (("patrol_db3", StoragePlugin.SQLITE3), ("patrol_mcap", StoragePlugin.MCAP)):
-        target = out / name
-        if target.exists():
-            shutil.rmtree(target)
-        write_bag(target, topics, storage)
+        _write_fresh(out / name, topics, storage)
     (out / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+    print(_said(out, "patrol_db3, patrol_mcap and ground_truth.json", topics, truth))
+    topics, truth = record(args.seed + 7, CAMERA_ONLY_LAPS, depth=False, body=False)
+    _write_fresh(out / "camera_only_mcap", topics, StoragePlugin.MCAP)
+    (out / "ground_truth_camera_only.json").write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+    print(_said(out, "camera_only_mcap and ground_truth_camera_only.json", topics, truth))
+    return 0
+
+
+def _write_fresh(target: Path, topics: list[Topic], storage: StoragePlugin) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    write_bag(target, topics, storage)
+
+
+def _said(out: Path, what: str, topics: list[Topic], truth: dict[str, Any]) -> str:
     counts = ", ".join(f"{t.name} {len(t.messages)}" for t in topics)
     minutes = (truth["end"] - truth["start"]) / 60
-    print(f"wrote {out}/patrol_db3, patrol_mcap and ground_truth.json: {minutes:.1f} min; {counts}")
-    return 0
+    return f"wrote {out}/{what}: {minutes:.1f} min; {counts}"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from emem_ros.ros.params import (
     ParamError,
     declarations,
     layer_declarations,
+    layer_param_applies,
     load_params_yaml,
     normalize_msg_type,
     parse_params,
@@ -213,8 +214,14 @@ def test_bundled_config_documents_every_parameter():
     for name, _default, _type_name, _ in declarations():
         assert name in flat, f"config/memory.yaml lacks {name}"
     for layer in flat["layer_names"]:
+        msg_type = flat[f"layers.{layer}.msg_type"]
+        internal = flat[f"layers.{layer}.is_internal_state"]
         for name, *_ in layer_declarations(layer):
-            assert name in flat, f"config/memory.yaml lacks {name}"
+            key = name[len(f"layers.{layer}."):]
+            if layer_param_applies(key, msg_type, internal):
+                assert name in flat, f"config/memory.yaml lacks {name}"
+            else:  # camera settings of a layer without boxes, the view range of a body layer
+                assert name not in flat, f"config/memory.yaml sets {name}, which means nothing for this layer"
 
 
 def test_bundled_config_values_have_the_declared_ros_types():

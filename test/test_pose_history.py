@@ -222,3 +222,44 @@ def test_writer_and_readers_on_threads():
         thread.join()
     assert not errors
     assert history.at(T0 + 49.985) == pytest.approx((49.985, 0.0, 0.0))
+
+
+# ---------------------------------------------------------------------- heading
+def turned(odom, yaw: float, qz_scale: float = 1.0):
+    """``odom`` with its orientation set to a yaw (optionally a denormalised quaternion)."""
+    odom.pose.pose.orientation = T["geometry_msgs/msg/Quaternion"](
+        x=0.0, y=0.0, z=qz_scale * math.sin(yaw / 2), w=qz_scale * math.cos(yaw / 2))
+    return odom
+
+
+def test_the_heading_is_kept_and_interpolated_the_short_way_round():
+    history = PoseHistory()
+    assert history.add_odometry(turned(odometry(T0, 0.0, 0.0), math.radians(170)))
+    assert history.add_odometry(turned(odometry(T0 + 1.0, 1.0, 0.0), math.radians(-170)))
+    midway = history.lookup(T0 + 0.5)
+    assert abs(abs(midway.yaw) - math.pi) < 1e-9  # through 180°, not through 0°
+    quarter = history.lookup(T0 + 0.25)
+    assert quarter.yaw == pytest.approx(math.radians(175))
+    three_quarters = history.lookup(T0 + 0.75)
+    assert three_quarters.yaw == pytest.approx(math.radians(-175))
+    assert history.lookup(T0 + 1.2).yaw == pytest.approx(math.radians(-170))  # clamped to the last pose
+
+
+def test_a_denormalised_quaternion_gives_its_yaw_and_an_unset_one_none():
+    history = PoseHistory()
+    assert history.add_odometry(turned(odometry(T0, 0.0, 0.0), 0.7, qz_scale=1.02))
+    assert history.lookup(T0).yaw == pytest.approx(0.7)
+    unset = odometry(T0 + 1.0, 1.0, 0.0)
+    unset.pose.pose.orientation = T["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=0.0)
+    assert history.add_odometry(unset)  # the position is still good
+    assert history.lookup(T0 + 1.0).yaw is None and history.lookup(T0 + 1.0).position == (1.0, 0.0, 0.0)
+    assert history.lookup(T0 + 0.5).yaw is None  # no heading to interpolate from on one side
+
+
+def test_a_nan_heading_keeps_the_position():
+    history = PoseHistory()
+    assert history.add(T0, 1.0, 2.0, 0.0, "odom", yaw=math.nan)
+    sample = history.lookup(T0)
+    assert sample.position == (1.0, 2.0, 0.0) and sample.yaw is None
+    assert history.add(T0 + 1.0, 1.0, 2.0, 0.0, "odom", yaw=7.0)  # wrapped into [-pi, pi)
+    assert history.lookup(T0 + 1.0).yaw == pytest.approx(7.0 - 2 * math.pi)

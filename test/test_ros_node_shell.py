@@ -9,6 +9,7 @@ against real rclpy is test/ros/test_node.py (ROS 2 Humble).
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -134,6 +135,25 @@ def test_callbacks_store_messages_and_services_answer(make_node, tmp_path):
     timer.callback()
     (publisher,) = of_kind(node, "publisher")
     assert publisher.published and publisher.published[-1].markers[0].action == 3  # DELETEALL first
+
+
+def test_a_camera_layer_subscribes_its_camera_info_and_stores_rays(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db", **{"layers.detections.camera_info_topic": "/camera/camera_info",
+                                           "layers.detections.camera.x": 0.2})
+    assert node.trigger("configure") == SUCCESS and node.trigger("activate") == SUCCESS
+    subs = {e.name: e for e in of_kind(node, "subscription")}
+    info = subs["/camera/camera_info"]
+    assert issubclass(info.type, MAKE.store.types["sensor_msgs/msg/CameraInfo"])
+    assert info.qos.reliability is fake_rclpy.ReliabilityPolicy.BEST_EFFORT
+    assert id(info.callback_group) == id(node._intake_group)
+    info.callback(messages.camera_info(MAKE, START, fx=400.0, cx=320.0, width=640))
+    subs["/odom"].callback(messages.odometry(MAKE, START - 1.0, 2.0, 3.0, yaw=math.pi / 2))
+    subs["/odom"].callback(messages.odometry(MAKE, START + 1.0, 2.0, 3.0, yaw=math.pi / 2))
+    subs["/detections"].callback(messages.boxes(MAKE, START, ("red mug", 320.0, 240.0, 20.0, 20.0)))
+    memory = node.runtime.memory
+    memory.flush()
+    (meta,) = [json.loads(m) for (m,) in memory.store.reader().execute("SELECT metadata FROM observations")]
+    assert meta["ray"][:2] == pytest.approx([2.0, 3.2]) and meta["ray"][3] == pytest.approx(math.pi / 2, abs=1e-4)
 
 
 def test_lifecycle_cycles_keep_the_data(make_node, tmp_path):

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from emem_ros.geometry.uncertainty import COVERAGE
 from test.support.scene import OBJECTS, ROOMS, add_entity, add_gist, scene_memory
 
 BODY_LAYERS = ("battery", "cpu_temp")
@@ -284,7 +285,7 @@ def test_locate_in_a_time_window_answers_from_what_was_seen_in_it(make_memory, c
     memory.flush()
     result = memory.tools.locate("green bottle", time_after=t + 900, time_before=t + 1100)
     assert math.dist(result.position[:2], (8.0, 8.0)) < 0.2 and result.count == 10
-    assert result.elsewhere == [] and result.confidence == 1.0
+    assert result.elsewhere == [] and result.confidence == COVERAGE  # all the evidence points here
     assert result.evidence[0].count == 10 and t + 1000 <= result.evidence[0].first_stamp <= result.evidence[0].stamp
     # A window that cuts A's first stay: only its sightings inside count.
     partial = memory.tools.locate("green bottle", time_after=t + 6, time_before=t + 1100)

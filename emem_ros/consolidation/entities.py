@@ -18,15 +18,25 @@ sighting, or several when 3-D detections put them more than
   odometry``): the object is somewhere in view, meters away.
 - Anything else with a position (3-D detections, positions given by the
   caller) is the object's own position.
+- A 2-D detection of a camera layer also carries its ray (``geometry.rays``):
+  a visit's rays of one label are split into the objects they meet at
+  (``entity_bearings.partition``: each a sighting of its own), and an entity
+  keeps compact rays across visits (``entity_bearings.BearingTrack``).
 An entity keeps running moments (weight, sum, sum of squares) of both kinds
-apart. Its position and spread come from the object positions once it has
-any, and from where the robot stood only until then: many vague sightings
-never drag a precise estimate. (The spread of a robot-only entity is as wide
-as where the robot stood: honest about the uncertainty.)
+apart. Its position comes from the object positions once it has any, else
+from where its rays meet (``position_source: bearings``), and from where the
+robot stood only until then: many vague sightings never drag a precise
+estimate. Its metadata ``radius`` holds it with the probability ``locate``'s
+radii do (``EntityState.radius``; for a robot-only entity: every spot within
+view of where it was seen from).
 
 Merging a sighting into a known entity requires
 1. meaning: cosine of the name embeddings >= ``entity_similarity_threshold``;
-2. distance, which depends on what each side's position is:
+2. rays, where they say something (``_bearing_verdict``): rays that point
+   elsewhere than a placed entity (three or more: one or two stray boxes say
+   nothing), or a triangulated spot away from it, are another object; rays
+   that point at it, or meet with its rays from another pose, are it;
+3. otherwise distance, which depends on what each side's position is:
    - both measured (a 3-D sighting, an entity with object positions): within
      ``INSTANCE_SEPARATION`` plus twice the entity's spread (``same_object_reach``).
      ``entity_spatial_radius`` is far too wide here: two chairs 1.5 m apart
@@ -41,7 +51,7 @@ Merging a sighting into a known entity requires
    - both where the robot stood: within ``entity_spatial_radius`` *and* the
      same place: the robot's mean position within ``consolidation_spatial_eps``
      of a place the entity was seen from before;
-3. not an entity another sighting of the same name and kind took in this
+4. not an entity another sighting of the same name and kind took in this
    visit: ``_sightings`` split them as separate instances, so they stay
    apart (before this rule, the second of two mugs 4 m apart in one view
    merged into the first and both became one phantom mug between them).
@@ -85,6 +95,7 @@ import json
 import logging
 import math
 import operator
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -93,10 +104,14 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.consolidation.entity_bearings import BearingTrack, fix_radius, partition, points_at
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
+from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
+from emem_ros.geometry.triangulation import Fix
+from emem_ros.geometry.uncertainty import MEASURED_FLOOR, circle_radius, pose_region
 from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,6 +137,7 @@ _SIGNATURE = operator.attrgetter("source_type", "layer", "text", "metadata_json"
 _SKIP = "skip"
 _FREE_TEXT = "free text"
 _ID, _STAMP, _CONFIDENCE = (operator.attrgetter(name) for name in ("id", "stamp", "confidence"))
+_VIEW_RANGE = re.compile(r'"view_range":\s*([0-9]+(?:\.[0-9]+)?)')
 
 
 @dataclass
@@ -197,6 +213,12 @@ class Sighting:
     anchor: Optional[tuple[float, float]] = None
     """The first position added: where 3-D rows of one label are split into instances (cheap and stable)."""
     rows: list[ObsRow] = field(default_factory=list, repr=False)
+    rays: Optional[RaySet] = field(default=None, repr=False)
+    """Robot-pose sightings of a camera layer: their rows' rays."""
+    fix: Optional[Fix] = field(default=None, repr=False)
+    """Where the rays of this visit meet (``entity_bearings.partition``): a bearings-placed sighting."""
+    view_range: float = 0.0
+    """Robot-pose sightings: how far from the robot the thing may have been (its rows' ``view_range``)."""
 
     def add(self, row: ObsRow) -> None:
         if self.anchor is None and row.x is not None and row.y is not None:
@@ -224,11 +246,24 @@ class Sighting:
         if points:
             array = np.asarray(points, dtype=np.float64)
             self.moments.merge(Moments(float(len(array)), array.sum(axis=0), float((array * array).sum())))
+        if not self.precise:  # one row says it for the layer: no need to parse them all
+            found = _VIEW_RANGE.search(rows[-1].metadata_json or "")
+            if found:
+                self.view_range = max(self.view_range, float(found.group(1)))
         return self
 
     @property
     def position(self) -> Optional[np.ndarray]:
         return self.moments.mean
+
+    @property
+    def placed(self) -> Optional[np.ndarray]:
+        """Where the thing itself is: a measured position, the rays' meeting point, or None (robot pose only)."""
+        if self.precise:
+            return self.moments.mean
+        if self.fix is not None:
+            return self.fix.position
+        return None
 
     @property
     def seen_from(self) -> Optional[tuple[float, float]]:
@@ -256,18 +291,40 @@ class EntityState:
     visits: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     key: int = 0
+    bearing: BearingTrack = field(default_factory=BearingTrack)
+    """Compact rays of its camera sightings; they place it when no object position was measured."""
+    view_range: float = 0.0
+    """The farthest its robot-pose sightings may have been from the robot (0: not said)."""
 
     @property
     def best(self) -> Moments:
         return self.object if self.object.w > 0 else self.robot
 
     @property
+    def bearing_fix(self) -> Optional[Fix]:
+        """Where its rays meet, when no object position was measured (measured positions come first)."""
+        return self.bearing.fix() if self.object.w <= 0 and len(self.bearing) else None
+
+    @property
+    def placed(self) -> Optional[np.ndarray]:
+        """The thing's own position (measured, or where its rays meet); None when only robot poses place it."""
+        if self.object.w > 0:
+            return self.object.mean
+        found = self.bearing_fix
+        return np.array([found.position[0], found.position[1], found.z]) if found is not None else None
+
+    @property
     def position(self) -> Optional[np.ndarray]:
-        return self.best.mean
+        placed = self.placed
+        return placed if placed is not None else self.robot.mean
 
     @property
     def spread(self) -> float:
-        return self.best.spread
+        """RMS spread of the sightings (measured, robot), or the RMS error of the rays' meeting point."""
+        if self.object.w > 0:
+            return self.object.spread
+        found = self.bearing_fix
+        return found.sigma if found is not None else self.robot.spread
 
     @property
     def sources(self) -> set[str]:
@@ -279,6 +336,9 @@ class EntityState:
         self.sightings += len(sighting.observation_ids)
         self.confidence = max(self.confidence, sighting.confidence)
         (self.object if sighting.precise else self.robot).merge(sighting.moments)
+        if sighting.rays is not None and len(sighting.rays):
+            self.bearing.add(sighting.rays)
+        self.view_range = max(self.view_range, sighting.view_range)
         self.visits += 1
         if sighting.seen_from is not None:
             self.add_place(sighting.seen_from)
@@ -292,12 +352,38 @@ class EntityState:
 
     def metadata(self) -> dict[str, Any]:
         meta = dict(self.extra)
+        source = "mixed" if len(self.sources) > 1 else next(iter(self.sources), "none")
+        found = self.bearing_fix
+        if found is not None:
+            source = "bearings"
         meta.update({
             "stats": {"object": self.object.to_json(), "robot": self.robot.to_json()},
-            "places": self.places, "visits": self.visits,
-            "position_source": "mixed" if len(self.sources) > 1 else next(iter(self.sources), "none"),
+            "places": self.places, "visits": self.visits, "position_source": source,
         })
+        if len(self.bearing):
+            meta["rays"] = self.bearing.to_json()
+        if self.view_range > 0:
+            meta["view_range"] = self.view_range
+        radius = self.radius()
+        if radius is not None:
+            meta["radius"] = round(radius, 3)
+        if found is not None:
+            meta["poses"] = found.poses
         return meta
+
+    def radius(self) -> Optional[float]:
+        """Metres around ``position`` that hold the thing with probability ``COVERAGE`` (the models of
+        ``tools.placement``): measured positions' spread over the visits plus a floor, the rays' fit, or
+        every spot within view of the places it was seen from."""
+        if self.object.w > 0:
+            variance = self.object.spread ** 2 / 2.0 * (1.0 / max(self.visits, 1) + 0.25) + MEASURED_FLOOR ** 2
+            return circle_radius(np.eye(2) * variance)
+        found = self.bearing_fix
+        if found is not None:
+            return found.radius()
+        if self.places:
+            return pose_region(np.asarray(self.places), self.view_range or DEFAULT_VIEW_RANGE).radius
+        return None
 
 
 def _state_from_row(row: Sequence[Any], vector: np.ndarray) -> EntityState:
@@ -319,9 +405,69 @@ def _state_from_row(row: Sequence[Any], vector: np.ndarray) -> EntityState:
         state.object = Moments(w, w * p, w * (float(p @ p) + spread * spread))
     state.places = [list(p) for p in meta.pop("places", []) if isinstance(p, (list, tuple)) and len(p) == 2]
     state.visits = int(meta.pop("visits", 0) or 0)
-    meta.pop("position_source", None)
+    state.bearing = BearingTrack.from_json(meta.pop("rays", None))
+    view_range = meta.pop("view_range", 0.0)
+    state.view_range = float(view_range) if isinstance(view_range, (int, float)) and view_range > 0 else 0.0
+    for derived in ("position_source", "radius", "poses"):
+        meta.pop(derived, None)
     state.extra = meta
     return state
+
+
+def _bearing_verdict(sighting: Sighting, state: EntityState) -> Optional[bool]:
+    """Whether rays say this sighting is this entity: True, False, or None (no rays to say it).
+
+    - A triangulated sighting and a placed entity (measured, or triangulated):
+      the same thing when their spots are within their radii (and one
+      object's separation) of each other.
+    - Rays from one pose and a placed entity: the same thing when they point
+      at it (``points_at``).
+    - Rays from one pose and an entity with rays from another pose: the same
+      thing when all the rays meet at one spot (the entity becomes placed).
+    """
+    if sighting.precise:
+        return None
+    placed = state.placed
+    if sighting.fix is not None:
+        if placed is None:
+            return None
+        if state.object.w > 0:
+            reach = INSTANCE_SEPARATION + 2.0 * state.object.spread
+        else:
+            reach = INSTANCE_SEPARATION + fix_radius(state.bearing_fix)
+        return bool(math.dist(sighting.fix.position[:2], placed[:2]) <= reach + fix_radius(sighting.fix))
+    rays = sighting.rays
+    if rays is None or not len(rays):
+        return None
+    if placed is not None:
+        radius = 2.0 * state.object.spread if state.object.w > 0 else fix_radius(state.bearing_fix)
+        return points_at(rays, placed, min(radius, VIEW_RANGE))
+    if len(state.bearing) and state.bearing.meets(rays) is not None:
+        return True
+    return None
+
+
+def _by_bearings(sighting: Sighting) -> list[Sighting]:
+    """A robot-pose sighting split by the objects its rays meet at (``entity_bearings.partition``)."""
+    if sighting.precise or not sighting.rows:
+        return [sighting]
+    parts = partition(sighting.rows)
+    if len(parts) == 1 and parts[0].fix is None:
+        sighting.rays = parts[0].rays if len(parts[0].rays) else None
+        return [sighting]
+    out = []
+    for part in parts:
+        piece = Sighting(name=sighting.name, entity_type=sighting.entity_type, layer=sighting.layer,
+                         place=sighting.place, precise=False, text_id=sighting.text_id)
+        piece.rows = [sighting.rows[i] for i in part.rows]
+        piece.rays = part.rays if len(part.rays) else None
+        piece.fix = part.fix
+        out.append(piece)
+    return out
+
+
+def _rank(sighting: Sighting) -> int:
+    return 0 if sighting.precise else 1 if sighting.fix is not None else 2
 
 
 def same_object_reach(state: EntityState, radius: float) -> float:
@@ -467,7 +613,7 @@ class EntityExtractor:
             self._text_sightings(free_text, place, groups, report)
         if len(self._row_labels) > TEXT_CACHE:
             self._row_labels.clear()
-        out = [s.close() for items in groups.values() for s in items]
+        out = [part.close() for items in groups.values() for s in items for part in _by_bearings(s)]
         out.sort(key=lambda s: (not s.precise, -len(s.observation_ids)))
         return out
 
@@ -611,25 +757,36 @@ class EntityExtractor:
 
         ``claimed``: entities other sightings of this name and kind took in this
         visit; the split into instances already said they are other objects.
+        Rays decide where they can (``_bearing_verdict``); distances otherwise.
         """
         config = self.engine.config
-        pos = sighting.position
+        pos = sighting.placed if sighting.fix is not None else sighting.position
+        placed_sighting = sighting.precise or sighting.fix is not None
         best: Optional[tuple[tuple[float, int, float], EntityState]] = None
         for sim, state in candidates:
             if state.key in claimed:
                 continue
             epos = state.position
             measured = state.object.w > 0  # it has object positions ("object" in its sources)
+            placed = measured or state.bearing_fix is not None
+            verdict = _bearing_verdict(sighting, state)
+            if verdict is False:
+                continue  # its rays point elsewhere, or the two triangulated spots are apart
             if pos is None or epos is None:
                 if pos is not None or epos is not None:
                     continue  # one is placed and the other is not: no evidence they are the same
                 distance = 0.0
             else:
                 distance = math.hypot(pos[0] - epos[0], pos[1] - epos[1])
-                if sighting.precise and measured:
+                if verdict is True:
+                    pass
+                elif sighting.precise and measured:
                     if distance > same_object_reach(state, config.entity_spatial_radius):
                         continue  # two measured positions this far apart: two objects
-                elif sighting.precise or measured:
+                elif placed_sighting and placed:
+                    if distance > INSTANCE_SEPARATION + fix_radius(sighting.fix) + fix_radius(state.bearing_fix):
+                        continue
+                elif placed_sighting or placed:
                     if distance > config.entity_spatial_radius + VIEW_RANGE:
                         continue  # one side where the robot stood: the object was within view of it
                 else:
@@ -662,17 +819,17 @@ class EntityExtractor:
         next_key = -1
         known: dict[str, set[int]] = {}
         seen: list[dict[int, EntityState]] = [{} for _ in by_cluster]
-        claimed: list[dict[tuple[str, bool], set[int]]] = [{} for _ in by_cluster]
-        for precise in (True, False):
+        claimed: list[dict[tuple[str, int], set[int]]] = [{} for _ in by_cluster]
+        for rank in (0, 1, 2):  # measured, then triangulated, then robot-pose sightings
             for visit, sightings in enumerate(by_cluster):
                 for sighting in sightings:
-                    if sighting.precise is not precise:
+                    if _rank(sighting) != rank:
                         continue
                     vector = self._vectors.get(sighting.name)
                     if vector is None:
                         continue
                     report.sightings += 1
-                    taken = claimed[visit].setdefault((sighting.name, precise), set())
+                    taken = claimed[visit].setdefault((sighting.name, rank), set())
                     state = self._match(sighting, self._candidates(sighting, vector, cache, new, known), taken)
                     if state is None:
                         state = EntityState(number=None, name=sighting.name, entity_type=sighting.entity_type,

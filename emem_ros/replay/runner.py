@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 ODOMETRY = "\0odometry"
 """Route of the odometry topic (not a valid layer name, so it cannot clash with one)."""
+CAMERA_INFO = "\0camera:"
+"""Route prefix of a CameraInfo topic (followed by the topic)."""
 
 
 class ReplayError(EmemError):
@@ -120,6 +122,12 @@ def replay_bag(bag: Union[str, Path], params: NodeParams, options: Optional[Repl
         summary.ignored_topics = ignored
         present = {conn.topic for conn in reader.connections}
         summary.missing_topics = {spec.name: spec.topic for spec in params.layers if spec.topic not in present}
+        for spec in params.layers:
+            info_topic = spec.camera.info_topic
+            if info_topic and info_topic not in present and spec.topic in present:
+                fallback = ("the camera.fx parameters are used" if spec.camera.intrinsics() is not None
+                            else "its detections keep no bearing (stored at the robot's pose)")
+                summary.notes.append(f"layer {spec.name}: the bag has no CameraInfo on {info_topic}; {fallback}")
         if params.odom_topic not in present:
             summary.notes.append(f"the bag has no odometry on {params.odom_topic}: observations get no position "
                                  "unless a 3-D detection carries one")
@@ -153,11 +161,14 @@ def replay_bag(bag: Union[str, Path], params: NodeParams, options: Optional[Repl
 def _routes(connections: list[Any], params: NodeParams) -> tuple[dict[int, str], dict[str, int]]:
     """connection id -> layer name (or ODOMETRY); topics nobody subscribes -> message counts."""
     by_topic = {spec.topic: spec.name for spec in params.layers}
+    cameras = {spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}
     routes: dict[int, str] = {}
     ignored: Counter = Counter()
     for conn in connections:
         if conn.topic == params.odom_topic:
             routes[conn.id] = ODOMETRY
+        elif conn.topic in cameras:
+            routes[conn.id] = CAMERA_INFO + conn.topic
         elif conn.topic in by_topic:
             routes[conn.id] = by_topic[conn.topic]
         else:
@@ -181,6 +192,7 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
     progress = make_progress(total, options.progress, options.progress_stream)
     decode_skips: dict[str, Counter] = {}
     odom_accepted = 0
+    camera_infos: dict[str, int] = {}
     first: Optional[float] = None
     last: Optional[float] = None
     try:
@@ -199,6 +211,10 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
             else:
                 if route == ODOMETRY:
                     odom_accepted += bool(pipeline.on_odometry(msg, t))
+                elif route.startswith(CAMERA_INFO):
+                    topic = route[len(CAMERA_INFO):]
+                    camera_infos[topic] = camera_infos.get(topic, 0) + 1
+                    pipeline.on_camera_info(topic, msg)
                 else:
                     pipeline.on_message(route, msg, t)
             progress.update()
@@ -213,6 +229,7 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
         summary.stopped_early = (f"read {summary.messages_read} of the {total} messages the bag lists on the "
                                  "subscribed topics; the rest could not be read (damaged, or still being written?)")
     _fill_reports(summary, pipeline, decode_skips, odom_accepted)
+    summary.camera_infos = camera_infos
 
 
 def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips: dict[str, Counter],
@@ -227,6 +244,10 @@ def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips
         report.without_position = c.without_position
         report.object_position_dropped = c.object_position_dropped
         report.skipped = dict(c.skipped + failed)
+        report.bearings = c.bearings
+        report.without_bearing = dict(c.without_bearing)
+        camera = pipeline.cameras.get(report.name)
+        report.camera = camera.intrinsics if camera is not None else None
     stats = pipeline.poses.stats()
     odom = summary.odometry
     failed = decode_skips.get(ODOMETRY, Counter())

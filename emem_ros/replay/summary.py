@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Any, Optional
 
 MAX_REASONS = 6
 """Skip reasons listed per layer; the rest are summed into one line."""
@@ -29,6 +29,12 @@ class LayerReport:
     object_position_dropped: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     """Reason -> messages (or single detections) that produced nothing."""
+    bearings: int = 0
+    """Observations stored with a ray (a camera layer)."""
+    without_bearing: dict[str, int] = field(default_factory=dict)
+    """Reason -> observations of a camera layer stored without a ray."""
+    camera: Any = None
+    """The layer camera's intrinsics at the end (``geometry.rays.Intrinsics``), None without a camera."""
 
     @property
     def skipped_total(self) -> int:
@@ -59,6 +65,8 @@ class ReplaySummary:
     """Topics in the bag that no layer (nor odometry) subscribes, with their message counts."""
     missing_topics: dict[str, str] = field(default_factory=dict)
     """Layer -> topic for layers whose topic the bag does not contain."""
+    camera_infos: dict[str, int] = field(default_factory=dict)
+    """CameraInfo topic -> messages read."""
     notes: list[str] = field(default_factory=list)
     consolidated: bool = False
     gists_created: int = 0
@@ -126,6 +134,17 @@ class ReplaySummary:
             if len(reasons) > MAX_REASONS:
                 rest = sum(r[2] for r in reasons[MAX_REASONS:])
                 lines.append(f"    ... {rest} more in {len(reasons) - MAX_REASONS} other reasons")
+        for layer in self.layers:
+            if layer.camera is None and not layer.bearings and not layer.without_bearing:
+                continue
+            line = f"  bearings  {layer.name}: {layer.bearings} of {layer.observations} observations have a ray"
+            if layer.camera is not None:
+                line += f" (fx {layer.camera.fx:g}, cx {layer.camera.cx:g}, {layer.camera.width} px wide)"
+            if layer.without_bearing:
+                line += "; without: " + ", ".join(f"{n} {why}" for why, n in sorted(layer.without_bearing.items()))
+            lines.append(line)
+        if self.camera_infos:
+            lines.append("  camera info  " + ", ".join(f"{t} ({n})" for t, n in sorted(self.camera_infos.items())))
         dropped = sum(l.object_position_dropped for l in self.layers)
         if dropped:
             lines.append(f"  {dropped} 3-D detections were in another frame than the memory's: "

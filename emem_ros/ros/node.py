@@ -58,6 +58,7 @@ NODE_NAME = "memory"
 MARKER_TOPIC = "~/markers"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 ODOM_QOS_DEPTH = 50
+CAMERA_INFO_QOS_DEPTH = 5
 _ROS_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
 
 
@@ -257,6 +258,10 @@ class MemoryNode(LifecycleNode):
         self._memory_subscriptions.append(self.create_subscription(
             runtime.odometry_type, params.odom_topic, self._on_odometry, _qos(ODOM_QOS_DEPTH, "best_effort"),
             callback_group=self._intake_group))
+        for topic in sorted({spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}):
+            self._memory_subscriptions.append(self.create_subscription(  # best effort hears both kinds
+                runtime.camera_info_type, topic, functools.partial(self._on_camera_info, topic),
+                _qos(CAMERA_INFO_QOS_DEPTH, "best_effort"), callback_group=self._intake_group))
         for service in service_table.SERVICES:
             self._memory_services.append(self.create_service(
                 self._srv_types[service.name], f"~/{service.name}", functools.partial(self._on_service, service.name),
@@ -330,6 +335,9 @@ class MemoryNode(LifecycleNode):
 
     def _on_odometry(self, msg: Any) -> None:
         self.runtime.on_odometry(msg)
+
+    def _on_camera_info(self, topic: str, msg: Any) -> None:
+        self.runtime.on_camera_info(topic, msg)
 
     def _on_service(self, name: str, request: Any, response: Any) -> Any:
         return self.runtime.answer(name, request, response, self._make)

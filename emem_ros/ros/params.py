@@ -23,6 +23,8 @@ from typing import Any, Iterable, Optional, Union
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.types import SourceType
+from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, Mounting
+from emem_ros.ros.camera import DEFAULT_HEADING_NOISE, DEFAULT_PIXEL_NOISE, CameraSpec
 from emem_ros.ros.intake import IntakeConfig
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "load_params_yaml",
     "declarations",
     "layer_declarations",
+    "layer_param_applies",
     "normalize_msg_type",
     "EMBEDDING_BACKENDS",
     "LLM_BACKENDS",
@@ -74,6 +77,11 @@ class LayerSpec:
     intake: IntakeConfig = field(default_factory=IntakeConfig)
     qos_depth: int = 10
     reliability: str = "reliable"
+    view_range: float = DEFAULT_VIEW_RANGE
+    """Metres within which this layer's sensor perceives things: the uncertainty of a sighting stored at
+    the robot's pose."""
+    camera: CameraSpec = field(default_factory=CameraSpec)
+    """Detection2DArray layers: intrinsics and mounting that turn box centres into rays."""
 
     @property
     def source_type(self) -> str:
@@ -221,6 +229,21 @@ _LAYER_PARAMS: tuple[_Param, ...] = (
     _Param("intake.change_only", False, "BOOL", "Sampled: keep a draft only when it says something new."),
     _Param("intake.value_tolerance", 0.0, "DOUBLE", "Sampled: a numeric value must move this much to count as new."),
     _Param("intake.max_silence", 60.0, "DOUBLE", "Sampled + change_only: keep an unchanged draft after this long."),
+    _Param("view_range", DEFAULT_VIEW_RANGE, "DOUBLE",
+           "Metres within which the sensor perceives things: how far a sighting stored at the robot's pose may be."),
+    _Param("camera_info_topic", "", "STRING",
+           "Detection2DArray layers: sensor_msgs/CameraInfo topic of the camera (intrinsics for bearings)."),
+    _Param("camera.fx", 0.0, "DOUBLE", "Detection2DArray layers without CameraInfo: focal length in pixels."),
+    _Param("camera.cx", 0.0, "DOUBLE", "Principal point column in pixels (0 = image_width / 2)."),
+    _Param("camera.image_width", 0, "INTEGER", "Image width in pixels (with camera.fx when there is no CameraInfo)."),
+    _Param("camera.x", 0.0, "DOUBLE", "Camera position on the robot, metres forward of the odometry's base frame."),
+    _Param("camera.y", 0.0, "DOUBLE", "Camera position on the robot, metres to the left."),
+    _Param("camera.z", 0.0, "DOUBLE", "Camera height above the base frame in metres."),
+    _Param("camera.yaw", 0.0, "DOUBLE", "Camera heading relative to the robot in radians (counter-clockwise)."),
+    _Param("camera.pixel_noise", DEFAULT_PIXEL_NOISE, "DOUBLE",
+           "Pixels (1 sigma) a box centre wanders by: the angular noise of a bearing."),
+    _Param("camera.heading_noise", DEFAULT_HEADING_NOISE, "DOUBLE",
+           "Radians (1 sigma) of odometry heading and mounting error in a bearing."),
 )
 _LAYER_BY_KEY = {p.name: p for p in _LAYER_PARAMS}
 
@@ -419,10 +442,73 @@ def _parse_layers(layer_names: list[str], layer_values: dict[str, dict[str, Any]
             intake.validate(prefix=f"{prefix}.intake")
         except InvalidInputError as exc:
             raise ParamError(str(exc)) from exc
+        view_range = get("view_range")
+        _check_positive(f"{prefix}.view_range", view_range)
+        camera = _parse_camera(prefix, msg_type, given, get)
         layers.append(LayerSpec(name=name, topic=topic, msg_type=msg_type,
                                 is_internal_state=get("is_internal_state"), intake=intake,
-                                qos_depth=qos_depth, reliability=reliability))
+                                qos_depth=qos_depth, reliability=reliability, view_range=float(view_range),
+                                camera=camera))
+    infos = {spec.camera.info_topic for spec in layers if spec.camera.info_topic}
+    clash = infos & set(topics)
+    if clash:
+        topic = sorted(clash)[0]
+        raise ParamError(f"{topic!r} is both the topic of layer {topics[topic]!r} and a camera_info_topic")
     return layers
+
+
+CAMERA_LAYER_TYPE = "vision_msgs/msg/Detection2DArray"
+
+
+def layer_param_applies(key: str, msg_type: str, is_internal_state: bool) -> bool:
+    """Whether a layer parameter means anything for a layer of this type (a params file lists those)."""
+    if key == "camera_info_topic" or key.startswith("camera."):
+        return normalize_msg_type(msg_type) == CAMERA_LAYER_TYPE
+    if key == "view_range":
+        return not is_internal_state
+    return True
+
+
+def _parse_camera(prefix: str, msg_type: str, given: dict[str, Any], get: Any) -> CameraSpec:
+    """A layer's camera settings; refused on a layer that has no boxes to turn into bearings.
+
+    Values equal to the defaults are no settings (the node passes every declared parameter).
+    """
+    keys = [key for key in given if (key == "camera_info_topic" or key.startswith("camera."))
+            and given[key] != _LAYER_BY_KEY[key].default]
+    if not keys:
+        return CameraSpec()
+    if msg_type != CAMERA_LAYER_TYPE:
+        raise ParamError(f"{prefix}.{keys[0]} is set, but bearings come only from {CAMERA_LAYER_TYPE} layers "
+                         f"(this one is {msg_type})")
+    info_topic = get("camera_info_topic").strip()
+    if info_topic:
+        _check_topic(f"{prefix}.camera_info_topic", info_topic)
+    fx, cx, width = float(get("camera.fx")), float(get("camera.cx")), get("camera.image_width")
+    for key, value in (("camera.fx", fx), ("camera.cx", cx), ("camera.pixel_noise", get("camera.pixel_noise")),
+                       ("camera.heading_noise", get("camera.heading_noise"))):
+        _check_non_negative(f"{prefix}.{key}", value)
+    if width < 0:
+        raise ParamError(f"{prefix}.camera.image_width must be zero or a positive integer, got {width!r}")
+    if (fx > 0.0) != (width > 0):
+        raise ParamError(f"{prefix}.camera.fx and {prefix}.camera.image_width go together: set both "
+                         "(or neither, and camera_info_topic)")
+    if width > 0 and cx > width:
+        raise ParamError(f"{prefix}.camera.cx {cx:g} lies outside the {width} px wide image")
+    yaw = float(get("camera.yaw"))
+    if abs(yaw) > 2 * math.pi:
+        raise ParamError(f"{prefix}.camera.yaw is in radians and must lie within ±2π, got {yaw!r}")
+    if get("camera.heading_noise") > 0.5:
+        raise ParamError(f"{prefix}.camera.heading_noise is in radians (1 sigma); {get('camera.heading_noise')!r}"
+                         " would make every bearing meaningless")
+    spec = CameraSpec(info_topic=info_topic, fx=fx, cx=cx, image_width=width,
+                      mounting=Mounting(float(get("camera.x")), float(get("camera.y")), float(get("camera.z")), yaw),
+                      pixel_noise=float(get("camera.pixel_noise")),
+                      heading_noise=float(get("camera.heading_noise")))
+    if not spec.configured:
+        raise ParamError(f"{prefix} has camera settings but no intrinsics: set {prefix}.camera_info_topic, "
+                         f"or {prefix}.camera.fx and {prefix}.camera.image_width")
+    return spec
 
 
 def normalize_msg_type(name: str) -> str:

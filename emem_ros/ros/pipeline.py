@@ -2,7 +2,10 @@
 
 odometry -> ``PoseHistory``; a layer message -> adapter -> intake policy ->
 position (the draft's own, else the robot's pose interpolated at the draft's
-stamp) -> ``Memory.add_draft``. Nothing here raises on bad input: a message
+stamp) -> ``Memory.add_draft``. A draft placed at the robot's pose records the
+layer's ``view_range``, and a 2-D detection of a layer with a camera its ray
+(``emem_ros.geometry.rays``): box centre, intrinsics (``on_camera_info`` or
+parameters), mounting and the robot's interpolated heading. Nothing here raises on bad input: a message
 that cannot be stored is counted with its reason and logged once per layer and
 reason, because a node callback must survive any message and a replay must
 finish with a truthful summary.
@@ -10,6 +13,7 @@ finish with a truthful summary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -18,12 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from emem_ros.core.errors import EmemError
-from emem_ros.core.types import Position
+from emem_ros.core.types import Position, SourceType
+from emem_ros.geometry.rays import RAY_KEY, VIEW_RANGE_KEY
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.ros.adapters.registry import adapt
+from emem_ros.ros.camera import LayerCamera
 from emem_ros.ros.intake import IntakePolicy
 from emem_ros.ros.params import LayerSpec, NodeParams
-from emem_ros.ros.pose_history import PoseHistory
+from emem_ros.ros.pose_history import PoseHistory, PoseSample
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +51,15 @@ class LayerCounts:
     """3-D detections whose own position was in a frame other than the memory's."""
     skipped: Counter = field(default_factory=Counter)
     """Reason -> messages (or drafts) that produced nothing."""
+    bearings: int = 0
+    """Observations stored with a ray (layers with a camera)."""
+    without_bearing: Counter = field(default_factory=Counter)
+    """Reason -> observations of a camera layer stored without a ray (placed at the robot's pose only)."""
 
     def copy(self) -> "LayerCounts":
         return LayerCounts(self.messages, self.observations, self.dropped_by_intake, self.without_position,
-                           self.object_position_dropped, Counter(self.skipped))
+                           self.object_position_dropped, Counter(self.skipped), self.bearings,
+                           Counter(self.without_bearing))
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,13 @@ class IngestPipeline:
         )
         self.frame_id = params.odom_frame or params.memory.frame_id
         """Frame positions are stored in; a 3-D detection in another frame keeps only the robot pose."""
+        self.cameras: dict[str, LayerCamera] = {
+            spec.name: LayerCamera(spec.camera) for spec in params.layers if spec.camera.configured}
+        self.camera_topics: dict[str, list[str]] = {}
+        """CameraInfo topic -> the layers whose camera it describes."""
+        for spec in params.layers:
+            if spec.camera.info_topic:
+                self.camera_topics.setdefault(spec.camera.info_topic, []).append(spec.name)
         self._warn = warn or log.warning
         self._counts: dict[str, LayerCounts] = {name: LayerCounts() for name in self.layers}
         self._unknown_layers: Counter = Counter()
@@ -104,6 +122,13 @@ class IngestPipeline:
     def on_odometry(self, msg: Any, receive_time: Optional[float] = None) -> bool:
         """Record the robot's pose; False for a malformed, NaN or wrong-frame message (counted)."""
         return self.poses.add_odometry(msg, receive_time)
+
+    def on_camera_info(self, topic: str, msg: Any) -> bool:
+        """Intrinsics for the layers whose ``camera_info_topic`` this is; False when unusable (counted)."""
+        accepted = False
+        for layer in self.camera_topics.get(topic, ()):
+            accepted = self.cameras[layer].on_camera_info(msg) or accepted
+        return accepted
 
     def on_message(self, layer: str, msg: Any, receive_time: float) -> IngestOutcome:
         """Adapt, thin, place and store one message of ``layer``; never raises."""
@@ -157,8 +182,12 @@ class IngestPipeline:
             draft = ObservationDraft(draft.text, draft.stamp, draft.layer, draft.source_type, draft.confidence,
                                      metadata, None, None, draft.value)
             dropped_object = True
+        bearing: Optional[str] = None
         if draft.position is None:
-            robot = self.poses.at(draft.stamp)
+            sample = self.poses.lookup(draft.stamp)
+            if sample is not None:
+                robot = sample.position
+                draft, bearing = self._seen_from(self.layers[layer], draft, sample)
         try:
             node_id = self.memory.add_draft(draft, robot)
         except EmemError as exc:
@@ -169,7 +198,32 @@ class IngestPipeline:
             counts.observations += 1
             counts.without_position += draft.position is None and robot is None
             counts.object_position_dropped += dropped_object
+            if bearing == "":
+                counts.bearings += 1
+            elif bearing is not None:
+                counts.without_bearing[bearing] += 1
         return node_id
+
+    def _seen_from(self, spec: LayerSpec, draft: ObservationDraft, pose: PoseSample
+                   ) -> tuple[ObservationDraft, Optional[str]]:
+        """A robot-pose draft with the layer's view range and, for a camera layer, its ray.
+
+        Returns the draft and '' (a ray was added), the reason there is none
+        (a camera layer), or None (not a camera layer).
+        """
+        if spec.is_internal_state or draft.source_type == SourceType.INTEROCEPTION.value:
+            return draft, None
+        extra: dict[str, Any] = {VIEW_RANGE_KEY: spec.view_range}
+        why: Optional[str] = None
+        camera = self.cameras.get(spec.name)
+        if camera is not None:
+            if pose.yaw is None:
+                why = "the odometry has no heading (orientation)"
+            else:
+                ray, why = camera.ray(pose.x, pose.y, pose.z, pose.yaw, draft.metadata.get("bbox"))
+                if ray is not None:
+                    extra[RAY_KEY] = ray.to_metadata()
+        return dataclasses.replace(draft, metadata={**draft.metadata, **extra}), why
 
     def _same_frame(self, frame: Optional[str]) -> bool:
         if not frame:

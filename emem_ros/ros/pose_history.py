@@ -7,6 +7,12 @@ around the stamp instead, clamps to the nearest pose just outside the history
 (``max_extrapolation``), and answers None when no pose is near enough: the
 observation is then stored without a position, never at the origin.
 
+The heading (yaw, from the odometry's orientation) is kept too: a camera
+detection becomes a ray only with the direction the robot faced. It is
+interpolated along the shorter way round (from 3.1 to -3.1 rad through pi,
+not through 0), and is None when the orientation is missing or not a
+rotation (an all-zero quaternion).
+
 Odometry and layer callbacks run on different executor threads: every method
 takes the lock.
 """
@@ -31,6 +37,8 @@ class PoseSample:
     y: float
     z: float
     frame_id: str
+    yaw: Optional[float] = None
+    """Heading in radians (counter-clockwise from the frame's x axis); None when the odometry had none."""
 
     @property
     def position(self) -> Position:
@@ -86,9 +94,14 @@ class PoseHistory:
             return len(self._stamps)
 
     # ------------------------------------------------------------------ writing
-    def add(self, stamp: float, x: float, y: float, z: float = 0.0, frame_id: str = "") -> bool:
-        """Record a pose; False (and counted) when NaN/inf, unstamped or in the wrong frame."""
+    def add(self, stamp: float, x: float, y: float, z: float = 0.0, frame_id: str = "",
+            yaw: Optional[float] = None) -> bool:
+        """Record a pose; False (and counted) when NaN/inf, unstamped or in the wrong frame.
+
+        A NaN or infinite ``yaw`` keeps the position and drops only the heading.
+        """
         t, px, py, pz = (as_float(v) for v in (stamp, x, y, z))
+        heading = as_float(yaw)
         with self._lock:
             if t is None or px is None or py is None or pz is None or t <= 0:
                 self._stats.rejected_nonfinite += 1
@@ -97,7 +110,8 @@ class PoseHistory:
             if self.frame_id and frame and frame != self.frame_id:
                 self._stats.rejected_frame += 1
                 return False
-            sample = PoseSample(t, px, py, pz, frame or self.frame_id)
+            sample = PoseSample(t, px, py, pz, frame or self.frame_id,
+                                _wrap(heading) if heading is not None else None)
             if self._stamps and t < self._stamps[-1] - self.max_age:
                 # The clock went back further than the history reaches (bag loop,
                 # simulator reset): the old poses describe another timeline.
@@ -126,7 +140,7 @@ class PoseHistory:
             with self._lock:
                 self._stats.malformed += 1
             return False
-        return self.add(stamp, x, y, z, frame)
+        return self.add(stamp, x, y, z, frame, heading_of(msg))
 
     def clear(self) -> None:
         with self._lock:
@@ -177,17 +191,21 @@ class PoseHistory:
             nearer = before if t - before.stamp <= after.stamp - t else after
             return self._near(nearer, t)
         w = (t - before.stamp) / gap
+        yaw = None
+        if before.yaw is not None and after.yaw is not None:
+            yaw = _wrap(before.yaw + w * _wrap(after.yaw - before.yaw))  # the shorter way round
         return PoseSample(
             t,
             before.x + w * (after.x - before.x),
             before.y + w * (after.y - before.y),
             before.z + w * (after.z - before.z),
             before.frame_id,
+            yaw,
         )
 
     def _near(self, sample: PoseSample, t: float) -> Optional[PoseSample]:
         if abs(t - sample.stamp) <= self.max_extrapolation:
-            return PoseSample(t, sample.x, sample.y, sample.z, sample.frame_id)
+            return PoseSample(t, sample.x, sample.y, sample.z, sample.frame_id, sample.yaw)
         return None
 
     def _prune(self) -> None:
@@ -223,6 +241,29 @@ def from_odometry(msg: Any, receive_time: Optional[float] = None) -> tuple[float
     if not isinstance(frame, str):
         raise InvalidInputError(f"odometry frame_id must be a string, got {type(frame).__name__}")
     return (stamp, px, py, pz, frame)
+
+
+def heading_of(msg: Any) -> Optional[float]:
+    """Yaw (radians) of a nav_msgs/Odometry's orientation; None when absent, not finite or not a rotation.
+
+    The quaternion is normalised first (odometry sources publish slightly
+    denormalised ones); an all-zero one (an unset orientation) has no yaw.
+    """
+    q = getattr(getattr(getattr(msg, "pose", None), "pose", None), "orientation", None)
+    if q is None:
+        return None
+    qx, qy, qz, qw = (as_float(getattr(q, name, None)) for name in ("x", "y", "z", "w"))
+    if qx is None or qy is None or qz is None or qw is None:
+        return None
+    norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
+    if norm < 1e-6:
+        return None
+    qx, qy, qz, qw = qx / norm, qy / norm, qz / norm, qw / norm
+    return math.atan2(2.0 * (qw * qz + qx * qy), 1.0 - 2.0 * (qy * qy + qz * qz))
+
+
+def _wrap(angle: float) -> float:
+    return (angle + math.pi) % (2.0 * math.pi) - math.pi
 
 
 def _frame(frame_id: Any) -> str:

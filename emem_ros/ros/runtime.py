@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Protocol
 from emem_ros.core.errors import EmemError
 from emem_ros.ros import markers as marker_module
 from emem_ros.ros import services
+from emem_ros.ros.camera import CAMERA_INFO_TYPE
 from emem_ros.ros.msgtypes import MessageFactory, MessageTypeError, resolve_type
 from emem_ros.ros.params import NodeParams, ParamError, parse_params
 from emem_ros.ros.pipeline import IngestOutcome, IngestPipeline
@@ -72,6 +73,8 @@ class MemoryRuntime:
         self.pipeline: Optional[IngestPipeline] = None
         self.layer_types: dict[str, type] = {}
         self.odometry_type: Optional[type] = None
+        self.camera_info_type: Optional[type] = None
+        """sensor_msgs/CameraInfo, resolved when a layer has a camera_info_topic."""
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._warming: Optional[threading.Thread] = None
@@ -101,6 +104,13 @@ class MemoryRuntime:
             odometry_type = self._resolve(ODOMETRY_TYPE)
         except MessageTypeError as exc:
             raise ConfigureError(f"odometry ({params.odom_topic}): {exc}") from None
+        camera_info_type = None
+        camera_layers = [spec for spec in params.layers if spec.camera.info_topic]
+        if camera_layers:
+            try:
+                camera_info_type = self._resolve(CAMERA_INFO_TYPE)
+            except MessageTypeError as exc:
+                raise ConfigureError(f"layers.{camera_layers[0].name}.camera_info_topic: {exc}") from None
         memory = self._open(params)
         try:
             pipeline = IngestPipeline(memory, params, warn=self.log.warning)
@@ -111,6 +121,7 @@ class MemoryRuntime:
         with self._lock:
             self.params, self.memory, self.pipeline = params, memory, pipeline
             self.layer_types, self.odometry_type = layer_types, odometry_type
+            self.camera_info_type = camera_info_type
         self._warming = threading.Thread(target=self._warm, args=(memory,), name="emem-warm", daemon=True)
         self._warming.start()
         if params.fleet_url:
@@ -177,6 +188,7 @@ class MemoryRuntime:
             memory, self.memory = self.memory, None
             self.params, self.pipeline = None, None
             self.layer_types, self.odometry_type = {}, None
+            self.camera_info_type = None
             self._pending.clear()
         if memory is not None:
             memory.close()
@@ -208,6 +220,17 @@ class MemoryRuntime:
             return pipeline.on_odometry(msg, self.clock())
         except Exception as exc:
             self.log.error(f"odometry dropped ({type(exc).__name__}: {exc})")
+            return False
+
+    def on_camera_info(self, topic: str, msg: Any) -> bool:
+        """A CameraInfo for the layers whose camera_info_topic this is; never raises."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            return False
+        try:
+            return pipeline.on_camera_info(topic, msg)
+        except Exception as exc:
+            self.log.error(f"camera info on {topic} dropped ({type(exc).__name__}: {exc})")
             return False
 
     # ------------------------------------------------------------------ queries

@@ -8,6 +8,15 @@ and the heaviest cluster wins. The other clusters are reported, not averaged
 in. A concept no single spot dominates (a room seen from several spots) is
 linked again at room scale.
 
+What placed the answer, and how sure it is, depends on the evidence
+(``tools.placement``): measured object positions, camera bearings from
+several poses (triangulated), one pose's bearing (a direction and a range
+interval), or only where the robot stood (within the layer's view range).
+Each answer's radius holds the thing with the stated probability; its
+confidence is that probability times the share of the evidence pointing
+there. Two things of one class far apart (two mugs in two rooms) are two
+answers: the best first, the other under "elsewhere".
+
 "Where is it" means where it is now: a place's weight halves for every
 ``recency_halflife`` between its last sighting and the newest sighting of the
 same text, so a mug seen 20 times yesterday at A and 10 times an hour ago at
@@ -26,27 +35,31 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.types import NodeKind, make_id, rounded
+from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
+from emem_ros.geometry.uncertainty import COVERAGE
 from emem_ros.storage.sqlutil import marks
+from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
-from emem_ros.tools.clusters import components
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.knowledge import entities_near, gist_search
 from emem_ros.tools.perception import area_gists, nearby_hits
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
+from emem_ros.tools.ray_layers import layer_has_rays
+from emem_ros.tools.ray_reads import read_place_rays, read_rays
 from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
 from emem_ros.tools.window_places import places_in_window
 
-LINK = 1.0
-"""Metres: evidence places closer than this belong to one spot."""
-ROOM_LINK = 2.5
-"""Metres: the wider linking used when no single spot holds most of the evidence."""
 TEMPERATURE = 0.05
 """Cosine gap that divides a text's weight by e: the best match dominates, near-ties share."""
 MIN_RELEVANCE = 0.01
 """Texts weighing less than this next to the best match are not read at all."""
 MAX_PLACES = 2000
 OTHER_PLACES = 4
+MAX_RAYS_READ = 500
+"""Sightings (in camera layers) up to which every ray is read; beyond, one ray per place."""
+MAX_RAY_PLACES = 400
+"""Places whose ray is read at most (the heaviest: relevance, sightings, recency)."""
 
 
 @dataclass
@@ -85,62 +98,151 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
         if hits:
             empty.evidence = text_hits(env.store, agg, ranked[:3])
         return _Located(empty, ranked, agg)
-    capped = evidence.capped
-    evidence, position_note = _prefer_object_positions(env, evidence)
-    labels = components(evidence.xy, LINK)
-    weight = np.bincount(labels, weights=evidence.weight)
-    if weight.max() < 0.5 * weight.sum():
-        # No spot holds most of the evidence: a room-sized concept seen from several spots
-        # ("kitchen") rather than one object; link at room scale if that gathers more.
-        wide = components(evidence.xy, ROOM_LINK)
-        wide_weight = np.bincount(wide, weights=evidence.weight)
-        if wide_weight.max() > weight.max():
-            labels, weight = wide, wide_weight
-    order = np.argsort(-weight)
-    total = float(weight.sum())
-    best = evidence.subset(labels == order[0])
-    centre = best.centre()
-    names = texts_of(env.store, set(evidence.text_id.tolist()))
+    capped = list(evidence.capped)
+    kinds = _layer_kinds(env, evidence)
+    robot_layers = [layer for layer, kind in kinds.items() if kind.robot]
+    placements: list[placing.Placement] = []
+    measured = evidence.subset(~_in_layers(evidence.layer, robot_layers))
+    if len(measured.weight):
+        placements += _from(placing.measured_placements(measured), measured)
+    pose_layers = list(robot_layers)
+    rays: Optional[tuple[RaySet, np.ndarray, np.ndarray]] = None
+    ray_layers = [layer for layer in robot_layers if kinds[layer].rays]
+    if ray_layers:
+        in_ray_layers = _in_layers(evidence.layer, ray_layers)
+        if evidence.count[in_ray_layers].sum() <= MAX_RAYS_READ:
+            texts = sorted(set(evidence.text_id[in_ray_layers].tolist()))
+            read = read_rays(env.store.reader(), texts, ray_layers, f.after, f.before)
+        else:  # seen thousands of times: one ray per viewpoint (place), the heaviest places first
+            ids = evidence.last_obs[in_ray_layers]
+            heaviest = np.argsort(-evidence.weight[in_ray_layers], kind="stable")[:MAX_RAY_PLACES]
+            read = read_place_rays(env.store.reader(), ids[heaviest].tolist())
+        if len(read.rays):
+            read.rays.weight = _lookup(relevance, read.text_id) * _recency(
+                read.text_id, read.rays.stamp, env.config.recency_halflife)
+            rays = (read.rays, read.text_id, read.layer)
+            placements += placing.ray_placements(read.rays, read.text_id, placements)
+            capped += read.capped
+            pose_layers = [layer for layer in robot_layers if layer not in set(read.layer.tolist())]
+    if pose_layers:
+        blur = env.store.cell_size * math.sqrt(0.5)
+        robot = evidence.subset(_in_layers(evidence.layer, pose_layers))
+        robot = robot.subset(~placing.explained(robot, placements, lambda layer: kinds[layer].view_range + blur))
+        if len(robot.weight):
+            placements += _from(placing.robot_placements(robot, lambda layer: kinds[layer].view_range, blur), robot)
+    placements = placing.absorb(placements)
+    placing.finish(placements[: 1 + OTHER_PLACES])
+    if not placements:
+        if hits:
+            empty.evidence = text_hits(env.store, agg, ranked[:3])
+        return _Located(empty, ranked, agg)
+    total = sum(p.weight for p in placements)
+    best = placements[0]
+    names = texts_of(env.store, set(evidence.text_id.tolist()) | ({*rays[1].tolist()} if rays else set()))
     score = {c.key: c.score for c in ranked}
+    found: list[Hit] = []
+    if hits:
+        found = (_ray_evidence(env, best, rays, names, score) if best.kind in (placing.BEARINGS, placing.RAY)
+                 else _evidence(env, best.source.subset(best.members), names, score))
     result = LocateResult(
-        concept=concept, position=centre, radius=best.radius(env.store.cell_size, centre),
-        confidence=round(float(weight[order[0]]) / total, 3), count=int(best.count.sum()),
-        last_stamp=float(best.last.max()), evidence=_evidence(env, best, names, score) if hits else [], now=now,
-        elsewhere=[_place(evidence.subset(labels == k), names, float(weight[k]) / total, env.store.cell_size)
-                   for k in order[1: 1 + OTHER_PLACES]])
-    if position_note:
-        result.notes.append(position_note)
+        concept=concept, position=best.position, radius=best.radius,
+        confidence=round(COVERAGE * best.weight / total, 3), count=best.count, last_stamp=best.last,
+        evidence=found, now=now,
+        elsewhere=[PlaceCluster(p.position, p.radius, round(p.weight / total, 3), p.count, p.last,
+                                names.get(p.label, ""), p.kind, p.poses) for p in placements[1: 1 + OTHER_PLACES]],
+        source=best.kind, poses=best.poses, segment=best.segment, view_range=best.view_range)
+    note = _placed_note(best, robot_layers, sorted(set(rays[2][best.members].tolist())) if rays is not None
+                        and best.kind in (placing.BEARINGS, placing.RAY) else [])
+    if note:
+        result.notes.append(note)
     if capped:
         result.notes.append(f"seen very often in this window: only the newest sightings of "
-                            f"{', '.join(repr(names.get(t, '')) for t in capped)} were counted")
+                            f"{', '.join(repr(names.get(t, '')) for t in sorted(set(capped)))} were counted")
     return _Located(result, ranked, agg)
 
 
-def _prefer_object_positions(env: ToolEnv, evidence: "_Evidence") -> tuple["_Evidence", Optional[str]]:
-    """Measured object positions beat the robot's pose at sighting time.
+def _from(placements: list[placing.Placement], source: "_Evidence") -> list[placing.Placement]:
+    """Remember which places each placement's mask (``members``) is over: the best one lists them."""
+    for p in placements:
+        p.source = source
+    return placements
+
+
+def _placed_note(best: placing.Placement, robot_layers: list[str], ray_layers: list[str]) -> Optional[str]:
+    if best.kind == placing.MEASURED:
+        if not robot_layers:
+            return None
+        return (f"placed by measured object positions; sightings in {', '.join(robot_layers)} "
+                "(stored at the robot's pose) were left out of the estimate")
+    if best.kind == placing.BEARINGS:
+        return (f"placed by bearings: camera detections in {', '.join(ray_layers)} from {best.poses} poses, "
+                "triangulated (no depth was measured)")
+    if best.kind == placing.RAY:
+        return ("seen from one pose only: that gives a direction and a range interval, not a point; "
+                "the radius covers the whole interval")
+    return (f"no object position was measured and no camera bearing is known: the place is where the robot "
+            f"stood when it saw it, and the thing may be up to {best.view_range or DEFAULT_VIEW_RANGE:g} m "
+            "from there (the radius covers that)")
+
+
+@dataclass(frozen=True)
+class _LayerKind:
+    robot: bool
+    """Positions are the robot's (``position_source: odometry``), not the thing's."""
+    rays: bool
+    """Some of its observations carry a camera ray."""
+    view_range: float
+
+
+SAMPLE_PER_LAYER = 4
+
+
+def _layer_kinds(env: ToolEnv, evidence: "_Evidence") -> dict[str, _LayerKind]:
+    """What each layer's positions mean, from a few of its observations (a layer is one sensor).
 
     A 2-D detection is stored where the robot stood, metres from the object;
-    a 3-D detection (or a caller-given position) says where the thing is. A
-    layer is one or the other, so one observation per layer tells which.
+    a 3-D detection (or a caller-given position) says where the thing is.
     """
     layers = sorted(set(evidence.layer.tolist()))
-    sample = {layer: int(evidence.last_obs[evidence.layer == layer][0]) for layer in layers}
+    sample: dict[int, str] = {}
+    for layer in layers:
+        for obs in evidence.last_obs[evidence.layer == layer][:SAMPLE_PER_LAYER].tolist():
+            sample[int(obs)] = layer
     slots = marks(len(sample))
-    robot_ids = {row[0] for row in env.store.reader().execute(
-        f"SELECT id FROM observations WHERE id IN ({slots})"
-        " AND json_extract(metadata, '$.position_source') = 'odometry'", list(sample.values()))}
-    robot_layers = [layer for layer in layers if sample[layer] in robot_ids]
-    if not robot_layers:
-        return evidence, None
-    if len(robot_layers) == len(layers):
-        return evidence, ("no object position was measured for this: the place is where the robot stood "
-                          "when it saw it, so the object may be a few metres away")
-    measured = np.ones(len(evidence.layer), dtype=bool)
-    for layer in robot_layers:  # a few layers: cheaper than np.isin, which sorts the object array
-        measured &= evidence.layer != layer
-    return evidence.subset(measured), (
-        f"placed by measured object positions; sightings in {', '.join(robot_layers)} "
-        "(stored at the robot's pose) were left out of the estimate")
+    seen: dict[str, list[tuple[bool, bool, Any]]] = {layer: [] for layer in layers}
+    for obs, source, ray, view_range in env.store.reader().execute(
+            f"SELECT id, json_extract(metadata, '$.position_source'), json_type(metadata, '$.ray'),"
+            f" json_extract(metadata, '$.view_range') FROM observations WHERE id IN ({slots})", list(sample)):
+        seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
+    kinds = {}
+    conn = env.store.reader()
+    for layer, rows in seen.items():
+        ranges = [r for _, _, r in rows if isinstance(r, (int, float)) and r > 0]
+        robot = any(r for r, _, _ in rows)
+        rays = any(y for _, y, _ in rows) or (robot and layer_has_rays(env.store, conn, layer))
+        kinds[layer] = _LayerKind(robot=robot, rays=rays,
+                                  view_range=float(max(ranges)) if ranges else DEFAULT_VIEW_RANGE)
+    return kinds
+
+
+def _in_layers(layer: np.ndarray, layers: list[str]) -> np.ndarray:
+    mask = np.zeros(len(layer), dtype=bool)
+    for name in layers:  # a few layers: cheaper than np.isin, which sorts the object array
+        mask |= layer == name
+    return mask
+
+
+def _ray_evidence(env: ToolEnv, best: placing.Placement, rays: Optional[tuple[RaySet, np.ndarray, np.ndarray]],
+                  names: dict[int, str], score: dict[int, float]) -> list[Hit]:
+    """The rays that placed it as one-sighting places at the placed position: ``_evidence``'s hits."""
+    if rays is None:
+        return []
+    ray_set, text_id, layer = rays
+    m = best.members
+    n = int(m.sum())
+    as_places = _Evidence(text_id[m], layer[m], np.tile(np.asarray(best.position, dtype=np.float64), (n, 1)),
+                          np.ones(n), ray_set.stamp[m], ray_set.stamp[m], ray_set.key[m], ray_set.weight[m])
+    return _evidence(env, as_places, names, score)
 
 
 def _relevance(env: ToolEnv, vector: np.ndarray, ranked: list[Candidate]) -> dict[int, float]:
@@ -246,14 +348,6 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
                         episode_id=make_id(NodeKind.EPISODE, episode) if episode is not None else None))
     hits.sort(key=lambda h: (-(h.score or 0.0), -h.count))
     return hits[:5]
-
-
-def _place(cluster: _Evidence, names: dict[int, str], share: float, cell: float) -> PlaceCluster:
-    label = int(cluster.text_id[np.argmax(cluster.weight)])
-    centre = cluster.centre()
-    return PlaceCluster(position=centre, radius=cluster.radius(cell, centre), weight=round(share, 3),
-                        count=int(cluster.count.sum()), last_stamp=float(cluster.last.max()),
-                        label=names.get(label, ""))
 
 
 def recall(env: ToolEnv, query: Any, n_results: Any = 10, radius_multiplier: Any = 1.5) -> RecallResult:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Any, Optional
 
 from emem_ros.consolidation.readings import fmt_level
 from emem_ros.core.types import Position
+from emem_ros.geometry.uncertainty import compass, degrees
 
 
 # ---------------------------------------------------------------------- formatting helpers
@@ -206,6 +207,27 @@ class PlaceCluster:
     last_stamp: float
     label: str
     """The best-matching text seen there."""
+    source: str = ""
+    """What placed it: 'measured', 'bearings', 'ray' or 'robot pose' (see ``tools.placement``)."""
+    poses: int = 0
+    """Bearings: distinct poses the rays came from."""
+
+    def how(self) -> str:
+        return placed_by(self.source, self.poses, None)
+
+
+def placed_by(source: Optional[str], poses: int, view_range: Optional[float]) -> str:
+    """A few words on what placed an answer."""
+    if source == "measured":
+        return "measured 3-D positions"
+    if source == "bearings":
+        return f"bearings from {poses} poses"
+    if source == "ray":
+        return "one pose's bearing"
+    if source == "robot pose":
+        within = f" (within {view_range:g} m of it)" if view_range else ""
+        return f"the robot's pose only{within}"
+    return ""
 
 
 @dataclass
@@ -214,13 +236,24 @@ class LocateResult:
     position: Optional[Position]
     radius: Optional[float]
     confidence: float
-    """Share of the weighted evidence that supports this place."""
+    """Probability that the thing lies within ``radius`` of ``position``: the radius' coverage under the
+    evidence's model (``geometry.uncertainty.COVERAGE``) times the share of the weighted evidence that
+    points here rather than to the places listed in ``elsewhere``."""
     count: int
     last_stamp: Optional[float]
     evidence: list[Hit]
     elsewhere: list[PlaceCluster]
     now: float
     notes: list[str] = field(default_factory=list)
+    source: Optional[str] = None
+    """What placed it: 'measured' (object positions), 'bearings' (rays from several poses, triangulated),
+    'ray' (one pose's direction: ``segment``), 'robot pose' (where the robot stood, within ``view_range``)."""
+    poses: int = 0
+    """Bearings: distinct poses whose rays meet at ``position``."""
+    segment: Any = None
+    """Seen from one pose only (``source`` 'ray'): ``geometry.uncertainty.Segment`` (origin, azimuth, range
+    interval); ``position`` and ``radius`` are then the circle around that interval."""
+    view_range: Optional[float] = None
 
     @property
     def found(self) -> bool:
@@ -233,20 +266,28 @@ class LocateResult:
                 lines.append("Matching memories without a usable position:")
                 lines += numbered(self.evidence, self.now, "  ")
         else:
-            lines = [
-                f"{quoted(self.concept)} is most likely at {fmt_pos(self.position)}, within {self.radius:.1f} m"
-                f" (confidence {self.confidence:.2f}; {self.count} sighting{'s' if self.count != 1 else ''}"
-                + (f", last {fmt_time(self.last_stamp, self.now)})" if self.last_stamp is not None else ")"),
-                "Evidence:",
-            ]
+            seen = (f"{self.count} sighting{'s' if self.count != 1 else ''}"
+                    + (f", last {fmt_time(self.last_stamp, self.now)}" if self.last_stamp is not None else ""))
+            if self.segment is not None:
+                seg = self.segment
+                lines = [
+                    f"{quoted(self.concept)} was seen from one spot only: from ({seg.origin[0]:.1f}, "
+                    f"{seg.origin[1]:.1f}) looking {degrees(seg.azimuth)}° ({compass(seg.azimuth)}), "
+                    f"{seg.near:.1f}-{seg.far:.1f} m away; that is within {self.radius:.1f} m of "
+                    f"{fmt_pos(self.position)} (confidence {self.confidence:.2f}; {seen})"]
+            else:
+                lines = [f"{quoted(self.concept)} is most likely at {fmt_pos(self.position)}, within "
+                         f"{self.radius:.1f} m (confidence {self.confidence:.2f}; {seen})"]
+            lines.append("Evidence:")
             lines += numbered(self.evidence, self.now, "  ")
             if self.elsewhere:
                 lines.append("Also seen elsewhere:")
                 for place in self.elsewhere:
+                    how = place.how()
                     lines.append(
                         f"  - {fmt_pos(place.position)} within {place.radius:.1f} m: {quoted(place.label)}"
                         f" ×{place.count}, last {fmt_time(place.last_stamp, self.now)}"
-                        f" (weight {place.weight:.2f})")
+                        f" (weight {place.weight:.2f}{'; ' + how if how else ''})")
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -166,12 +166,37 @@ def header(make: InterfaceFactory, t: float, frame: str = "") -> Any:
     return make("std_msgs/msg/Header", stamp=make("builtin_interfaces/msg/Time", **time_fields(t)), frame_id=frame)
 
 
-def odometry(make: InterfaceFactory, t: float, x: float, y: float, frame: str = "odom") -> Any:
-    """nav_msgs/Odometry of a robot at (x, y), stamped t."""
+def odometry(make: InterfaceFactory, t: float, x: float, y: float, frame: str = "odom", yaw: float = 0.0) -> Any:
+    """nav_msgs/Odometry of a robot at (x, y) facing ``yaw`` (radians), stamped t."""
+    import math
+
     pose = make("geometry_msgs/msg/Pose", position=make("geometry_msgs/msg/Point", x=x, y=y, z=0.0),
-                orientation=make("geometry_msgs/msg/Quaternion", x=0.0, y=0.0, z=0.0, w=1.0))
+                orientation=make("geometry_msgs/msg/Quaternion", x=0.0, y=0.0, z=math.sin(yaw / 2),
+                                 w=math.cos(yaw / 2)))
     return make("nav_msgs/msg/Odometry", header=header(make, t, frame), child_frame_id="base_link",
                 pose=make("geometry_msgs/msg/PoseWithCovariance", pose=pose, covariance=[0.0] * 36))
+
+
+def camera_info(make: InterfaceFactory, t: float, fx: float = 400.0, cx: float = 320.0, width: int = 640,
+                height: int = 480) -> Any:
+    """sensor_msgs/CameraInfo of a pinhole camera (fy = fx, cy at the centre row)."""
+    k = [fx, 0.0, cx, 0.0, fx, height / 2, 0.0, 0.0, 1.0]
+    r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    p = [fx, 0.0, cx, 0.0, 0.0, fx, height / 2, 0.0, 0.0, 0.0, 1.0, 0.0]
+    return make("sensor_msgs/msg/CameraInfo", header=header(make, t, "camera"), height=height, width=width,
+                distortion_model="plumb_bob", d=[0.0] * 5, k=[float(v) for v in k], r=r, p=[float(v) for v in p])
+
+
+def boxes(make: InterfaceFactory, t: float, *items: tuple[str, float, float, float, float]) -> Any:
+    """vision_msgs/Detection2DArray of (label, u, v, width, height) boxes (score 0.9), stamped t."""
+    detections_ = []
+    for label, u, v, w, h in items:
+        centre = make("vision_msgs/msg/Pose2D", position=make("vision_msgs/msg/Point2D", x=u, y=v), theta=0.0)
+        detections_.append(make("vision_msgs/msg/Detection2D", header=header(make, t, "camera"), results=[
+            make("vision_msgs/msg/ObjectHypothesisWithPose",
+                 hypothesis=make("vision_msgs/msg/ObjectHypothesis", class_id=label, score=0.9))],
+            bbox=make("vision_msgs/msg/BoundingBox2D", center=centre, size_x=w, size_y=h)))
+    return make("vision_msgs/msg/Detection2DArray", header=header(make, t, "camera"), detections=detections_)
 
 
 def detections(make: InterfaceFactory, t: float, *labels: str) -> Any:
