@@ -294,7 +294,7 @@ def set_hold(folder: Path, name: str, seq: int) -> None:
     if not name or not all(c.isalnum() or c in "-_." for c in name):
         raise ValueError(f"a log hold name is letters, digits, '-', '_' or '.', got {name!r}")
     folder.mkdir(parents=True, exist_ok=True)
-    temp = folder / f".{HOLD_PREFIX}{name}.tmp"
+    temp = folder / f".{HOLD_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}.tmp"  # two writers never share it
     temp.write_text(f"{int(seq)}\n", encoding="ascii")
     os.replace(temp, folder / f"{HOLD_PREFIX}{name}")
 
