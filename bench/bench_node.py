@@ -4,8 +4,10 @@
 For each embedder (``hashing``, ``minilm``) and each rate (1x, 10x) this
 launches ``ros2 launch emem_ros memory.launch.py`` with the packaged
 ``config/memory.yaml`` (only ``db_path``, the embedder and ``use_sim_time``
-changed: default flush settings), waits for ``active``, measures the idle
-node for a while, then plays ``rosbags/patrol_db3`` with
+changed: default flush settings), waits for ``active``, asks one question so
+the embedder loads its model (a one-time cost; without it the first minute of
+playback measures the model load), measures the idle node for a while, then
+plays ``rosbags/patrol_db3`` with
 ``ros2 bag play --rate R --clock`` and measures, from outside the node:
 
 - CPU of the node process, % of one core, from ``/proc/<pid>/stat``
@@ -22,6 +24,10 @@ node for a while, then plays ``rosbags/patrol_db3`` with
 - service latency of ``locate`` and ``semantic_search`` (round trip from a
   client in this process, p50 / p95), a call every 0.5 s over varied
   questions while the bag plays.
+
+``--clock`` makes the player publish ``/clock`` (40 Hz by default), which the
+node needs for ``use_sim_time`` and a robot does not have: every message
+wakes rclpy's executor, so ``--clock-hz`` shows what that part costs.
 
 It is a benchmark, not a test: run it with ROS sourced and the package built
 (``colcon build`` in a workspace outside the source tree, its install
@@ -139,6 +145,7 @@ class Run:
     embedder: str
     rate: float
     bag_seconds: float
+    clock_hz: float
     load_before: str = ""
     load_after: str = ""
     startup_s: float = 0.0
@@ -254,16 +261,16 @@ def wait_active(client: Client, launch: subprocess.Popen, seconds: float) -> Non
 
 
 def run_once(embedder: str, rate: float, bag_seconds: float, quiet_fraction: float, idle_seconds: float,
-             probe_timeout: float, log_dir: Path) -> Run:
+             probe_timeout: float, log_dir: Path, clock_hz: float) -> Run:
     ros2 = shutil.which("ros2")
     if ros2 is None:
         raise SystemExit("bench_node: the ros2 CLI is not on PATH (source ROS 2 and the built workspace)")
     domain = random.randint(100, 199)
-    run = Run(embedder, rate, bag_seconds, load_before=loadavg())
+    run = Run(embedder, rate, bag_seconds, clock_hz, load_before=loadavg())
     folder = Path(tempfile.mkdtemp(prefix=f"bench_node_{embedder}_"))
     params = write_params(folder, embedder)
     env = child_env(domain)
-    tag = f"{embedder}-{rate:g}x"
+    tag = f"{embedder}-{rate:g}x-clock{clock_hz:g}"
     launch_log = (log_dir / f"launch-{tag}.log").open("w")
     started = time.monotonic()
     launch = subprocess.Popen([ros2, "launch", "emem_ros", "memory.launch.py", f"params_file:={params}",
@@ -277,13 +284,18 @@ def run_once(embedder: str, rate: float, bag_seconds: float, quiet_fraction: flo
         pid = node_pid(launch.pid)
         if pid is None:
             raise RuntimeError("could not find the memory_node process under ros2 launch")
+        # The embedder loads its model at the first text it embeds: ask once so the model is loaded
+        # before anything is measured (a one-time cost of ~5-15 s of one core, not a running cost).
+        client.call("semantic_search", "SemanticSearch", timeout=120.0, query="warm up", near_x=float("nan"),
+                    near_y=float("nan"))
+        run.startup_s = time.monotonic() - started
         client.spin(2.0)  # let activation settle (catalog thread, first timers)
         idle = CpuMeter(pid)
         client.spin(idle_seconds)
         run.cpu_idle = idle.percent()
         run.rss_idle_mb = rss_mb(pid)
 
-        bag = subprocess.Popen([ros2, "bag", "play", str(BAG), "--rate", f"{rate:g}", "--clock",
+        bag = subprocess.Popen([ros2, "bag", "play", str(BAG), "--rate", f"{rate:g}", "--clock", f"{clock_hz:g}",
                                 "--disable-keyboard-controls"], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.STDOUT, start_new_session=True)
         wall = bag_seconds / rate
@@ -360,7 +372,7 @@ def run_once(embedder: str, rate: float, bag_seconds: float, quiet_fraction: flo
 
 # ---------------------------------------------------------------------- report
 def table(runs: list[Run]) -> list[str]:
-    lines = ["embedder rate  bag s  start s  CPU idle  CPU intake  CPU +queries  RSS idle/max MB  "
+    lines = ["embedder rate  bag s  ready s  CPU idle  CPU intake  CPU +queries  RSS idle/max MB  "
              "msg->queryable p50/p95/max s (n, lost)  locate p50/p95 ms  search p50/p95 ms  failed"]
     for r in runs:
         lines.append(
@@ -387,6 +399,9 @@ def main() -> int:
                         help="share of the playback measured with nothing asked (intake CPU)")
     parser.add_argument("--idle", type=float, default=15.0, help="seconds of idle measurement before the bag")
     parser.add_argument("--probe-timeout", type=float, default=10.0)
+    parser.add_argument("--clock-hz", type=float, default=40.0,
+                        help="rate of /clock from the player (40 = ros2 bag play's default); a robot has none")
+    parser.add_argument("--name", default="node", help="results file stem: bench/results/<name>-<date>")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args()
 
@@ -395,20 +410,21 @@ def main() -> int:
     date = datetime.datetime.now(datetime.timezone.utc)
     log_dir = Path(tempfile.mkdtemp(prefix="bench_node_logs_"))
     header = [f"bench_node on {machine_info()}",
-              f"bag {BAG.name} ({BAG_SECONDS:g} s), params config/memory.yaml (db_path, embedding, use_sim_time "
-              f"changed); launch logs in {log_dir}", ""]
+              f"bag {BAG.name} ({BAG_SECONDS:g} s) played with --clock {args.clock_hz:g}; params config/memory.yaml "
+              f"(db_path, embedding, use_sim_time changed); launch logs in {log_dir}", ""]
     print("\n".join(header), flush=True)
     runs = []
     for embedder in args.embedders.split(","):
         for rate in (float(r) for r in args.rates.split(",")):
             seconds = min(BAG_SECONDS, args.seconds * rate)
-            run = run_once(embedder, rate, seconds, args.quiet_fraction, args.idle, args.probe_timeout, log_dir)
+            run = run_once(embedder, rate, seconds, args.quiet_fraction, args.idle, args.probe_timeout, log_dir,
+                           args.clock_hz)
             runs.append(run)
             print("\n".join(table([run])[1:2]), flush=True)
     lines = header + table(runs)
     print("\n" + "\n".join(lines))
     if args.save:
-        stem = HERE / "results" / f"node-{date.date().isoformat()}"
+        stem = HERE / "results" / f"{args.name}-{date.date().isoformat()}"
         stem.with_suffix(".txt").write_text("\n".join(lines) + "\n")
         stem.with_suffix(".json").write_text(json.dumps(
             {"machine": machine_info(), "date": date.isoformat(), "runs": [asdict(r) for r in runs]}, indent=1) + "\n")
