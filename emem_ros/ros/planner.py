@@ -27,6 +27,7 @@ from emem_ros.agent.planner import (
     memory_nodes,
     parse_tools,
 )
+from emem_ros.core.errors import EmemError
 
 DEFAULT_MODEL = "qwen2.5:3b"
 
@@ -142,7 +143,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     node = rclpy.create_node("example_planner")
     try:
         return run(args.question, args, node)
-    except (RuntimeError, TimeoutError, ValueError) as exc:
+    except (EmemError, RuntimeError, TimeoutError, ValueError) as exc:  # e.g. no ollama package, no answer
         print(f"example_planner: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -209,3 +209,16 @@ def test_example_planner_discovers_the_memory_and_answers_through_call_tool(grap
 
     # The answer printed is the model's final message, built from that result.
     assert run.stdout.strip() == PREFIX + tool_results[0].splitlines()[0]
+
+
+def test_example_planner_without_a_memory_on_the_graph_says_so(tmp_path):
+    ros2 = _ros2()
+    with FakeOllama(chat_responder=tool_then_answer(lambda offered: "locate", {"concept": "red mug"})) as server:
+        run = subprocess.run(
+            [ros2, "run", "emem_ros", "example_planner", "where is the red mug?", "--host", server.host,
+             "--model", "fake-chat", "--wait", "3"],
+            env=child_env(random.randint(200, 230)), capture_output=True, text=True, timeout=120)
+        asked = len(server.chat_requests)
+    assert run.returncode == 2 and "no memory node on the graph" in run.stderr, (run.returncode, run.stderr)
+    answer = [line for line in run.stdout.splitlines() if line.strip() and not line.startswith("[ros2run]")]
+    assert answer == [] and asked == 0  # no answer printed, nothing asked of the model
