@@ -193,3 +193,33 @@ def _closed_port() -> int:
     from test.support.postgres import free_port
 
     return free_port()
+
+
+def test_gists_and_entities_over_the_fleet(tmp_path, clock, fleet_url):
+    from test.support.fleet import robot_workload
+
+    with db.connect(fleet_url) as conn:
+        init_fleet(conn, dim=DIM)
+        add_robot(conn, "robot2", FRAMES["robot2"])
+    for k, robot in enumerate(("robot1", "robot2")):
+        memory = open_memory(tmp_path / f"{robot}.db", clock)
+        robot_workload(memory, clock, n=600, seed=k + 3)
+        memory.close()
+        sync_memory(tmp_path / f"{robot}.db", fleet_url, robot)
+    with _fleet(fleet_url, clock) as fleet:
+        gists = fleet.call("search_gists", "kitchen", n_results=6)
+        assert gists.hits and {h.robot for h in gists.hits} == {"robot1", "robot2"}
+        assert all(h.kind == "gist" for h in gists.hits)
+        assert "[robot1: summary of" in str(gists) or "[robot2: summary of" in str(gists)
+        only = fleet.call("search_gists", "kitchen", robots=["robot2"])
+        assert only.hits and {h.robot for h in only.hits} == {"robot2"}
+
+        chairs = fleet.call("entity_query", name="chair", n_results=20)
+        assert chairs.hits and {h.robot for h in chairs.hits} == {"robot1", "robot2"}
+        assert all("chair" in h.text.lower() for h in chairs.hits if h.score == 1.0)
+        # robot2's map is 100 m along x in the fleet frame: its entities are there
+        assert all(h.position[0] > 90 for h in chairs.hits if h.robot == "robot2")
+        assert all(h.position[0] < 20 for h in chairs.hits if h.robot == "robot1")
+        near = fleet.call("entity_query", near_x=107.5, near_y=2.5, spatial_radius=5.0, n_results=50)
+        assert near.hits and {h.robot for h in near.hits} == {"robot2"}
+        assert "[robot2/entity" in str(near)
