@@ -91,7 +91,7 @@ class FleetMemory:
 
     def _handler(self, td: ToolDef) -> Callable[..., Any]:
         def handler(**kwargs: Any) -> Any:
-            return td.run(self.env, **kwargs)
+            return self.env.run(td, **kwargs)
         return handler
 
     # ------------------------------------------------------------------ calling
@@ -101,7 +101,7 @@ class FleetMemory:
         if td is None:
             raise FleetError(f"no fleet tool {tool!r}; the fleet answers {', '.join(self.tooldefs)}")
         bound = td.signature.bind(*args, **kwargs)
-        return td.run(self.env, *bound.args, **bound.kwargs)
+        return self.env.run(td, *bound.args, **bound.kwargs)
 
     def dispatch_tool_call(self, tool_name: str, arguments: Any = None) -> str:
         """Run a tool call (arguments: dict or JSON text); errors come back as text, never raised."""

@@ -34,8 +34,10 @@ log = logging.getLogger(__name__)
 
 Position = tuple[float, float, float]
 BODY = "interoception"
-KEYWORD_MATCHES = 2000
+KEYWORD_MATCHES = 256
 """Texts holding a query word read at most before ranking (a common word matches half the fleet)."""
+COUNT_CAP = 100_000
+"""Sightings of one text by one robot counted at most (from the index alone)."""
 BODY_LAYERS_TTL = 300.0
 """Seconds the list of body layers is kept (it only grows when a robot gets a new sensor)."""
 
@@ -172,6 +174,14 @@ def ts_query(tokens: Sequence[str]) -> Optional[str]:
     return " | ".join(words) if words else None
 
 
+ROBOTS_SQL = "COALESCE(%s::text[], (SELECT array_agg(robot_id) FROM fleet.robots))"
+"""The robots a read covers: those given, else every robot of the store (read in the same statement)."""
+
+
+def _robot_list(robots: Optional[Sequence[str]]) -> Optional[list[str]]:
+    return list(robots) if robots else None
+
+
 def _point(x: Any, y: Any, z: Any) -> Optional[Position]:
     if x is None or y is None:
         return None
@@ -292,6 +302,12 @@ class FleetReader:
                          (list(ids),))
         return {int(i): np.asarray(json.loads(v), dtype=np.float32) for i, v in rows}
 
+    def texts(self, ids: Sequence[int]) -> tuple[dict[int, str], dict[int, np.ndarray]]:
+        """Names and vectors of texts, in one read."""
+        rows = self.rows("SELECT id, text, embedding::text FROM fleet.texts WHERE id = ANY(%s)", (list(set(ids)),))
+        return ({int(i): t for i, t, _ in rows},
+                {int(i): np.asarray(json.loads(v), dtype=np.float32) for i, _, v in rows if v is not None})
+
     def names(self, ids: Sequence[int]) -> dict[int, str]:
         if not ids:
             return {}
@@ -301,28 +317,58 @@ class FleetReader:
     # ------------------------------------------------------------------ sightings
     def sightings(self, text_ids: Sequence[int], scope: Scope, cap: int,
                   robots: Optional[Sequence[str]] = None) -> list[TextHit]:
-        """Each robot's sightings of each text in the scope (its newest ``cap`` at most), per layer.
+        """Each robot's sightings of each text in the scope: count, first, last and the newest one.
 
-        One LATERAL read per (text, robot) on ``(robot_id, text_id, stamp)``:
-        a text seen a hundred thousand times costs ``cap`` rows per robot.
+        Without a layer, circle or episode filter the counts come from the
+        index ``(robot_id, text_id, stamp)`` alone (an index-only count, up to
+        ``COUNT_CAP``), so a text seen a hundred thousand times costs
+        microseconds per robot; with one, the newest ``cap`` matching rows are
+        read per robot (and each layer is its own hit). Counts beyond either
+        cap are lower bounds.
         """
         if not text_ids:
             return []
-        fleet_robots = list(robots or scope.robots or self.robots())
-        if not fleet_robots:
-            return []
+        fleet_robots = _robot_list(robots or scope.robots)
+        if scope.layer or scope.center is not None or scope.episode is not None:
+            hits = self._sightings_read(text_ids, fleet_robots, scope, cap)
+        else:
+            hits = self._sightings_counted(text_ids, fleet_robots, scope)
+        self.fill(hits)
+        return hits
+
+    def _sightings_counted(self, text_ids: Sequence[int], robots: Optional[list[str]], scope: Scope) -> list[TextHit]:
+        where, params = scope.observations("o", robots=False)
+        window, window_params = "", list[Any]()
+        if scope.after is not None:
+            window += " AND c.stamp >= %s"
+            window_params.append(scope.after)
+        if scope.before is not None:
+            window += " AND c.stamp <= %s"
+            window_params.append(scope.before)
+        rows = self.rows(
+            "SELECT t.tid, r.rid, n.layer, k.n, k.first, n.stamp, n.id"
+            " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(" + ROBOTS_SQL + ") r(rid) CROSS JOIN LATERAL ("
+            "  SELECT o.id, o.layer, o.stamp FROM fleet.observations o"
+            f"  WHERE o.robot_id = r.rid AND o.text_id = t.tid AND {where} ORDER BY o.stamp DESC LIMIT 1) n"
+            " CROSS JOIN LATERAL (SELECT count(*) AS n, min(x.stamp) AS first FROM (SELECT c.stamp"
+            "  FROM fleet.observations c WHERE c.robot_id = r.rid AND c.text_id = t.tid"
+            f"{window} LIMIT %s) x) k",
+            (list(text_ids), robots, *params, *window_params, COUNT_CAP + 1))
+        return [TextHit(int(tid), rid, layer, min(int(n), COUNT_CAP), int(n) <= COUNT_CAP, float(first),
+                        float(last), int(obs_id)) for tid, rid, layer, n, first, last, obs_id in rows]
+
+    def _sightings_read(self, text_ids: Sequence[int], robots: Optional[list[str]], scope: Scope, cap: int) -> list[TextHit]:
         where, params = scope.observations("o", robots=False)
         rows = self.rows(
             "SELECT t.tid, r.rid, s.layer, count(*), min(s.stamp), max(s.stamp),"
             " (array_agg(s.id ORDER BY s.stamp DESC, s.id DESC))[1]"
-            " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(%s::text[]) r(rid) CROSS JOIN LATERAL ("
+            " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(" + ROBOTS_SQL + ") r(rid) CROSS JOIN LATERAL ("
             "  SELECT o.id, o.layer, o.stamp FROM fleet.observations o"
             f"  WHERE o.robot_id = r.rid AND o.text_id = t.tid AND {where}"
             "  ORDER BY o.stamp DESC LIMIT %s) s"
-            " GROUP BY t.tid, r.rid, s.layer", (list(text_ids), fleet_robots, *params, cap + 1))
-        hits = []
-        for tid, rid, layer, count, first, last, obs_id in rows:
-            hits.append(TextHit(int(tid), rid, layer, int(count), True, float(first), float(last), int(obs_id)))
+            " GROUP BY t.tid, r.rid, s.layer", (list(text_ids), robots, *params, cap + 1))
+        hits = [TextHit(int(tid), rid, layer, int(count), True, float(first), float(last), int(obs_id))
+                for tid, rid, layer, count, first, last, obs_id in rows]
         # A (text, robot) whose read reached cap + 1 rows has more: its counts are lower bounds.
         totals: dict[tuple[int, str], int] = {}
         for h in hits:
@@ -330,7 +376,6 @@ class FleetReader:
         for h in hits:
             if totals[(h.text_id, h.robot)] > cap:
                 h.exact = False
-        self.fill(hits)
         return hits
 
     def fill(self, hits: Sequence[TextHit]) -> None:
@@ -395,16 +440,16 @@ class FleetReader:
     def places(self, text_ids: Sequence[int], scope: Scope, cap: int, cell: float,
                robots: Optional[Sequence[str]] = None) -> Places:
         """Each robot's newest ``cap`` positioned sightings of the texts, grouped in ``cell``-metre cells."""
-        fleet_robots = list(robots or scope.robots or self.robots())
+        fleet_robots = _robot_list(robots or scope.robots)
         empty = np.empty(0)
-        if not text_ids or not fleet_robots:
+        if not text_ids:
             return Places(empty.astype(object), empty.astype(np.int64), empty.astype(object), np.empty((0, 3)),
                           empty, empty, empty, empty.astype(np.int64), empty)
         where, params = scope.observations("o", robots=False)
         rows = self.rows(
             "SELECT r.rid, t.tid, s.layer, count(*), sum(s.x), sum(s.y), sum(s.z), min(s.stamp), max(s.stamp),"
             " (array_agg(s.id ORDER BY s.stamp DESC, s.id DESC))[1]"
-            " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(%s::text[]) r(rid) CROSS JOIN LATERAL ("
+            " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(" + ROBOTS_SQL + ") r(rid) CROSS JOIN LATERAL ("
             "  SELECT o.id, o.layer, o.stamp, ST_X(o.position) x, ST_Y(o.position) y,"
             "   COALESCE(ST_Z(o.position), 0) z FROM fleet.observations o"
             f"  WHERE o.robot_id = r.rid AND o.text_id = t.tid AND o.position IS NOT NULL AND {where}"

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+import time
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
@@ -46,7 +48,11 @@ from emem_ros.tools.spec import param as _p
 from emem_ros.tools.specs import TOOLS
 
 CAP = 1000
-"""Sightings read per robot and text at most (newest first)."""
+"""Sightings read per robot and text at most (newest first) when a filter needs each row."""
+LOCATE_CAP = 250
+"""Sightings per robot and text that locate weighs at most (the newest: where it is now)."""
+TEXT_BATCH = 4
+"""Ranked texts whose sightings are read at a time (a text seen by ten robots fills ten hits)."""
 NEARBY_ROWS = 4000
 """Sightings read nearest first around a point at most."""
 SCAN_CHUNK = 512
@@ -71,6 +77,7 @@ class FleetEnv:
         self.config = config or MemoryConfig(db_path=":memory:")
         self._clock = clock
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._pinned = threading.local()
 
     count = staticmethod(ToolEnv.count)
     positive = staticmethod(ToolEnv.positive)
@@ -78,11 +85,19 @@ class FleetEnv:
     layer = staticmethod(ToolEnv.layer)
 
     def now(self) -> float:
-        if self._clock is not None:
-            return float(self._clock())
-        import time
+        pinned = getattr(self._pinned, "now", None)
+        if pinned is not None:
+            return float(pinned)
+        return float(self._clock()) if self._clock is not None else time.time()
 
-        return time.time()
+    def run(self, td: ToolDef, *args: Any, **kwargs: Any) -> Any:
+        """Run a fleet tool with the clock read once (a 'latest' clock is a query)."""
+        self._pinned.now = None
+        self._pinned.now = self.now()
+        try:
+            return td.run(self, *args, **kwargs)
+        finally:
+            self._pinned.now = None
 
     def fmt(self, stamp: float) -> str:
         return fmt_time(stamp, self.now())
@@ -230,8 +245,15 @@ def ranked_hits(env: FleetEnv, query: str, scope: Scope, n: int, now: float, gis
     ranked, found = _rank(env, query, scope, n + max(5, n // 2), gists=gists)
     chosen = ranked[: n + 3]
     text_ids = [key[1] for key, _, _ in chosen if key[0] == "text"]
-    groups = _group(env.reader.sightings(text_ids, scope, CAP))
-    names = env.reader.names(text_ids)
+    groups: dict[int, list[TextHit]] = {}
+    read = 0
+    while read < len(text_ids):  # in rank order, only as many texts as the answer needs
+        batch = text_ids[read: read + TEXT_BATCH]
+        groups.update(_group(env.reader.sightings(batch, scope, CAP)))
+        read += len(batch)
+        if env.config.recency_weight <= 0 and _enough(chosen, groups, text_ids[read:], n):
+            break
+    names = env.reader.names([t for t in text_ids[:read] if t in groups])
     scored: list[tuple[float, int, list[Hit]]] = []
     for order, (key, score, sim) in enumerate(chosen):
         if key[0] == "gist":
@@ -247,6 +269,20 @@ def ranked_hits(env: FleetEnv, query: str, scope: Scope, n: int, now: float, gis
 
 
 # ---------------------------------------------------------------------- semantic search
+def _enough(chosen: list[tuple[Any, float, Optional[float]]], groups: dict[int, list[TextHit]],
+            unread: list[int], n: int) -> bool:
+    """Whether the hits before the first unread text already fill the answer (ranking has no recency)."""
+    pending = set(unread)
+    count = 0
+    for key, _, _ in chosen:
+        if key[0] == "text" and key[1] in pending:
+            return False
+        count += 1 if key[0] == "gist" else len(groups.get(key[1], ()))
+        if count >= n:
+            return True
+    return True
+
+
 def semantic_search(env: FleetEnv, query: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
                     time_before: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
                     episode_id: Any = None, robots: Any = None) -> SearchResult:
@@ -472,12 +508,12 @@ def _locate(env: FleetEnv, concept: str, scope: Scope, n: int, now: float, hits:
         return _Located(empty, ranked)
     vector = env.vector(concept)
     ids = [key[1] for key, _, _ in ranked]
-    vectors = env.reader.text_vectors(ids)
+    names, vectors = env.reader.texts(ids)
     sims = {t: float(v @ vector) for t, v in vectors.items()}
     best = max(sims.values(), default=0.0)
     relevance = {t: math.exp((s - best) / TEMPERATURE) for t, s in sims.items()}
     relevance = {t: w for t, w in relevance.items() if w >= MIN_RELEVANCE}
-    places = env.reader.places(list(relevance), scope, CAP, CELL)
+    places = env.reader.places(list(relevance), scope, LOCATE_CAP, CELL)
     if not len(places):
         if hits:
             empty.evidence = ranked_hits(env, concept, scope, 3, now, gists=False)
@@ -507,7 +543,6 @@ def _locate(env: FleetEnv, concept: str, scope: Scope, n: int, now: float, hits:
         return _Located(empty, ranked)
     total = sum(p.weight for p in placements)
     best_place = placements[0]
-    names = env.reader.names(sorted(set(places.text_id.tolist())))
     score = {key[1]: s for key, s, _ in ranked}
     evidence = _evidence(best_place.source.subset(best_place.members), names, score) if hits else []
     result = LocateResult(
@@ -525,7 +560,8 @@ def _locate(env: FleetEnv, concept: str, scope: Scope, n: int, now: float, hits:
                             "there (the radius covers that)")
     if places.capped:
         pairs = ", ".join(f"{names.get(t, '')!r} by {r}" for r, t in places.capped[:5])
-        result.notes.append(f"seen very often: only the newest {CAP} sightings per robot were weighed ({pairs})")
+        result.notes.append(f"seen very often: only the newest {LOCATE_CAP} sightings per robot were weighed "
+                            f"({pairs})")
     return _Located(result, ranked)
 
 
