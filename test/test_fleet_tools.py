@@ -72,7 +72,7 @@ def test_the_fleet_tools_are_the_robot_tools_with_a_robots_filter():
     fleet = {td.name: td for td in fleet_tooldefs()}
     robot = {td.name: td for td in TOOLS}
     assert set(fleet) == {"semantic_search", "spatial_query", "temporal_query", "search_gists", "entity_query",
-                          "locate", "recall"}
+                          "locate", "recall", "episode_summary"}
     for name, td in fleet.items():
         assert set(td.properties) == set(robot[name].properties) | {"robots"}
         assert list(td.signature.parameters) == list(td.properties)  # the JSON schema is run's keywords
@@ -223,3 +223,10 @@ def test_gists_and_entities_over_the_fleet(tmp_path, clock, fleet_url):
         near = fleet.call("entity_query", near_x=107.5, near_y=2.5, spatial_radius=5.0, n_results=50)
         assert near.hits and {h.robot for h in near.hits} == {"robot2"}
         assert "[robot2/entity" in str(near)
+
+        episodes = fleet.call("episode_summary", last_n=5)
+        assert sorted(e.id for e in episodes.episodes) == ["robot1/ep-1", "robot2/ep-1"]
+        assert all(e.name == "patrol" and e.success and e.observations > 500 for e in episodes.episodes)
+        one = fleet.call("episode_summary", episode_id="ep-1", robots=["robot2"])
+        assert [e.id for e in one.episodes] == ["robot2/ep-1"] and one.episodes[0].top_texts
+        assert "per robot" in fleet.dispatch_tool_call("episode_summary", {"episode_id": "ep-1"})

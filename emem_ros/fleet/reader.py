@@ -601,5 +601,45 @@ class FleetReader:
                          (*params, *params_order, k))
         return [self._entity(r) for r in rows]
 
+    # ------------------------------------------------------------------ episodes
+    _EPISODE = ("e.robot_id, e.id, e.name, e.status, e.start, e.\"end\", e.parent_id, e.summary, e.goal, e.result,"
+                " e.reflection, e.success")
+
+    def episodes(self, robots: Optional[Sequence[str]], k: int, number: Optional[int] = None,
+                 name: Optional[str] = None) -> list[tuple]:
+        """Episode rows (robot, id, name, status, start, end, parent, summary, goal, result, reflection, success),
+        newest first."""
+        parts, params = ["true"], list[Any]()
+        if robots:
+            parts.append("e.robot_id = ANY(%s)")
+            params.append(list(robots))
+        if number is not None:
+            parts.append("e.id = %s")
+            params.append(number)
+        if name:
+            parts.append("e.name ILIKE %s")
+            params.append("%" + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        return self.rows(f"SELECT {self._EPISODE} FROM fleet.episodes e WHERE {' AND '.join(parts)}"
+                         " ORDER BY e.start DESC, e.robot_id LIMIT %s", (*params, k))
+
+    def episode_contents(self, robot: str, number: int, top: int,
+                         gists: int) -> tuple[int, list[tuple[str, int]], list[GistRow], list[tuple[int, str]]]:
+        """An episode's observation count, most seen texts, first gists and subtasks."""
+        count = int(self.rows("SELECT count(*) FROM (SELECT 1 FROM fleet.observations WHERE robot_id = %s AND"
+                              " episode_id = %s AND source_type <> %s LIMIT %s) x",
+                              (robot, number, BODY, COUNT_CAP))[0][0])
+        most = [(t, int(c)) for t, c in self.rows(
+            "SELECT t.text, x.c FROM (SELECT text_id, count(*) AS c FROM fleet.observations WHERE robot_id = %s"
+            " AND episode_id = %s AND source_type <> %s AND text_id IS NOT NULL GROUP BY text_id"
+            " ORDER BY c DESC, text_id LIMIT %s) x JOIN fleet.texts t ON t.id = x.text_id ORDER BY x.c DESC",
+            (robot, number, BODY, top))]
+        found = [self._gist(r) for r in self.rows(
+            f"SELECT {self._GIST} FROM fleet.gists g WHERE g.robot_id = %s AND g.episode_id = %s"
+            " ORDER BY g.time_start LIMIT %s", (robot, number, gists))]
+        subtasks = [(int(i), n) for i, n in self.rows(
+            "SELECT id, name FROM fleet.episodes WHERE robot_id = %s AND parent_id = %s ORDER BY start, id",
+            (robot, number))]
+        return count, most, found, subtasks
+
     def entity_count(self) -> int:
         return int(self.rows("SELECT count(*) FROM fleet.entities")[0][0])

@@ -42,7 +42,8 @@ from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import area as make_area
 from emem_ros.tools.filters import episode_number
 from emem_ros.tools.hybrid import MAX_FUSED, query_tokens, recency_factor, rrf
-from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult, SearchResult, fmt_time, quoted
+from emem_ros.tools.results import (EpisodeReport, EpisodeSummaryResult, Hit, LocateResult, PlaceCluster,
+                                    RecallResult, SearchResult, fmt_time, quoted)
 from emem_ros.tools.spec import ToolDef
 from emem_ros.tools.spec import param as _p
 from emem_ros.tools.specs import TOOLS
@@ -647,15 +648,60 @@ def recall(env: FleetEnv, query: Any, n_results: Any = 10, radius_multiplier: An
     return RecallResult(query, where.position, radius, matches, nearby, gists, entities, now, notes)
 
 
+# ---------------------------------------------------------------------- episodes
+def episode_summary(env: FleetEnv, episode_id: Any = None, task_name: Any = None, last_n: Any = 1,
+                    robots: Any = None) -> EpisodeSummaryResult:
+    """Episodes of the fleet's robots, newest first (ids are per robot: ``robot2/ep-3``)."""
+    from emem_ros.tools.episodes import GISTS_PER_EPISODE, MAX_EPISODES, TOP_TEXTS
+
+    now = env.now()
+    chosen = env.robots(robots)
+    notes: list[str] = []
+    if episode_id not in (None, ""):
+        if not chosen or len(chosen) != 1:
+            raise InvalidInputError("episode ids are per robot: give robots=['<robot id>'] (one robot) with "
+                                    "episode_id")
+        number = episode_number(episode_id)
+        rows = env.reader.episodes(chosen, 1, number=number)
+        if not rows:
+            latest = env.reader.episodes(chosen, 3)
+            raise InvalidInputError(f"no episode ep-{number} of {chosen[0]} in the fleet store"
+                                    + ("; its latest are " + ", ".join(f"ep-{r[1]} ({r[2]})" for r in latest)
+                                       if latest else "; it recorded no episode yet"))
+    else:
+        n = min(env.count(last_n, "last_n", default=1), MAX_EPISODES)
+        if task_name is not None and not isinstance(task_name, str):
+            raise InvalidInputError(f"task_name must be a string, got {task_name!r}")
+        name = task_name.strip() if isinstance(task_name, str) and task_name.strip() else None
+        rows = env.reader.episodes(chosen, n, name=name)
+        if not rows and name:
+            latest = env.reader.episodes(chosen, 5)
+            notes.append(f"no episode is named like '{name}'"
+                         + ("; recent ones: " + ", ".join(f"{r[0]}/ep-{r[1]} '{r[2]}'" for r in latest)
+                            if latest else ""))
+    reports = []
+    for robot, number, name, status, start, end, parent, summary, goal, result, reflection, success in rows:
+        count, most, gists, subtasks = env.reader.episode_contents(robot, int(number), TOP_TEXTS, GISTS_PER_EPISODE)
+        reports.append(EpisodeReport(
+            id=f"{robot}/ep-{number}", name=name, status=status, start=float(start),
+            end=float(end) if end is not None else None,
+            parent_id=f"{robot}/ep-{parent}" if parent is not None else None, summary=summary or "", goal=goal,
+            result=result, reflection=reflection, success=None if success is None else bool(success),
+            observations=count, top_texts=most, gists=[_gist_hit(g) for g in gists],
+            subtasks=[f"{robot}/ep-{i} '{n_}'" for i, n_ in subtasks]))
+    return EpisodeSummaryResult(reports, now, notes)
+
+
 # ---------------------------------------------------------------------- declarations
 ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omit for the whole fleet.",
             items={"type": "string"})
 RUNS: dict[str, Callable[..., Any]] = {
     "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query,
     "search_gists": search_gists, "entity_query": entity_query, "locate": locate, "recall": recall,
+    "episode_summary": episode_summary,
 }
-"""The tools answered over the fleet. Not here: episode_summary, get_current_context and body_status
-(one robot's task, pose and body: ask that robot's own memory)."""
+"""The tools answered over the fleet. Not here: get_current_context and body_status (one robot's
+pose and body, live: ask that robot's own memory)."""
 FLEET_NOTE = (" Over the fleet: answers come from every robot (each hit names the robot that saw it, "
               "e.g. [robot2/detections]); positions are in the fleet frame; narrow with robots.")
 
