@@ -205,7 +205,7 @@ class FleetReader:
         for setting in ("SET hnsw.iterative_scan = relaxed_order", "SET hnsw.ef_search = 100"):
             try:  # pgvector < 0.8 has no iterative scans: filtered searches then read deeper (k grows)
                 conn.execute(setting)
-            except Exception as exc:  # noqa: BLE001 - a missing setting only costs depth
+            except Exception as exc:
                 log.debug("fleet reader: %s failed: %s", setting, exc)
         self._conn = conn
         return info
@@ -231,7 +231,7 @@ class FleetReader:
         try:
             if self._conn is not None:
                 self._conn.close()
-        except Exception:  # noqa: BLE001 - already gone
+        except Exception:
             pass
         self._conn = None
 

@@ -42,8 +42,17 @@ from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import area as make_area
 from emem_ros.tools.filters import episode_number
 from emem_ros.tools.hybrid import MAX_FUSED, query_tokens, recency_factor, rrf
-from emem_ros.tools.results import (EpisodeReport, EpisodeSummaryResult, Hit, LocateResult, PlaceCluster,
-                                    RecallResult, SearchResult, fmt_time, quoted)
+from emem_ros.tools.results import (
+    EpisodeReport,
+    EpisodeSummaryResult,
+    Hit,
+    LocateResult,
+    PlaceCluster,
+    RecallResult,
+    SearchResult,
+    fmt_time,
+    quoted,
+)
 from emem_ros.tools.spec import ToolDef
 from emem_ros.tools.spec import param as _p
 from emem_ros.tools.specs import TOOLS
@@ -478,8 +487,8 @@ def _layer_kinds(env: FleetEnv, places: Places) -> dict[str, _LayerKind]:
         seen[label].append(meta.get(key, {}))
     kinds = {}
     for label, rows in seen.items():
-        ranges = [m.get("view_range") for m in rows]
-        ranges = [float(r) for r in ranges if isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0]
+        ranges = [float(r) for r in (m.get("view_range") for m in rows)
+                  if isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0]
         kinds[label] = _LayerKind(robot=any(m.get("position_source") == "odometry" for m in rows),
                                   view_range=max(ranges) if ranges else DEFAULT_VIEW_RANGE)
     return kinds
