@@ -230,3 +230,45 @@ def test_gists_and_entities_over_the_fleet(tmp_path, clock, fleet_url):
         one = fleet.call("episode_summary", episode_id="ep-1", robots=["robot2"])
         assert [e.id for e in one.episodes] == ["robot2/ep-1"] and one.episodes[0].top_texts
         assert "per robot" in fleet.dispatch_tool_call("episode_summary", {"episode_id": "ep-1"})
+
+
+def test_three_robots_replaying_the_bundled_bag_are_found_in_the_fleet_frame(tmp_path, fleet_url):
+    """The patrol bag replayed by three robots whose maps sit differently in the fleet frame."""
+    pytest.importorskip("rosbags")
+    import dataclasses
+    import json
+
+    from emem_ros.replay import ReplayOptions, replay_bag
+    from emem_ros.ros.params import load_params_yaml
+    from test.support.bags import BAGS, REPO
+
+    truth = {o["name"]: o["position"] for o in json.loads((BAGS / "ground_truth.json").read_text())["objects"]}
+    params = dataclasses.replace(load_params_yaml(REPO / "config" / "memory.yaml"), embedding_backend="hashing",
+                                 embedding_model="")
+    frames = {"robot1": RigidTransform(), "robot2": RigidTransform(60.0, 0.0, 0.0),
+              "robot3": RigidTransform(0.0, 60.0, math.pi / 2)}
+    with db.connect(fleet_url) as conn:
+        init_fleet(conn, dim=DIM)
+        for robot, frame in frames.items():
+            add_robot(conn, robot, frame)
+    for robot in frames:
+        path = tmp_path / f"{robot}.db"
+        replay_bag(BAGS / "patrol_db3", params, ReplayOptions(db_path=str(path), progress=False))
+        assert sync_memory(path, fleet_url, robot).caught_up
+    with FleetMemory(fleet_url, now="latest") as fleet:
+        for name in ("laptop", "red mug", "sofa"):
+            expected = {robot: frame.apply(*truth[name][:2]) for robot, frame in frames.items()}
+            for robot, where in expected.items():
+                one = fleet.call("locate", name, layer="detections_3d", robots=[robot])
+                assert math.dist(one.position[:2], where) < 1.0, (name, robot, one.position, where)
+                assert {h.robot for h in one.evidence} == {robot}
+            every = fleet.call("locate", name, layer="detections_3d")
+            places = [(every.position, None)] + [(p.position, p.robots) for p in every.elsewhere]
+            for robot, where in expected.items():
+                assert any(math.dist(p[:2], where) < 1.0 for p, _ in places), (name, robot, places)
+            assert all(len(robots) == 1 for _, robots in places[1:])  # the three maps do not overlap
+            hits = fleet.call("semantic_search", name, layer="detections_3d", n_results=3)
+            assert {h.robot for h in hits.hits if h.text == name} == set(frames)
+            for h in hits.hits:
+                if h.text == name:
+                    assert math.dist(h.position[:2], expected[h.robot]) < 1.5
