@@ -36,8 +36,8 @@ Position = tuple[float, float, float]
 BODY = "interoception"
 KEYWORD_MATCHES = 256
 """Texts holding a query word read at most before ranking (a common word matches half the fleet)."""
-COUNT_CAP = 100_000
-"""Sightings of one text by one robot counted at most (from the index alone)."""
+COUNT_CAP = 2000
+"""Sightings of one text by one robot counted at most (from the index alone); beyond, a lower bound."""
 BODY_LAYERS_TTL = 300.0
 """Seconds the list of body layers is kept (it only grows when a robot gets a new sensor)."""
 
@@ -321,8 +321,9 @@ class FleetReader:
 
         Without a layer, circle or episode filter the counts come from the
         index ``(robot_id, text_id, stamp)`` alone (an index-only count, up to
-        ``COUNT_CAP``), so a text seen a hundred thousand times costs
-        microseconds per robot; with one, the newest ``cap`` matching rows are
+        ``COUNT_CAP``; the first sighting is the index's first entry), so a
+        text seen a hundred thousand times costs a bounded read per robot;
+        with one, the newest ``cap`` matching rows are
         read per robot (and each layer is its own hit). Counts beyond either
         cap are lower bounds.
         """
@@ -346,14 +347,16 @@ class FleetReader:
             window += " AND c.stamp <= %s"
             window_params.append(scope.before)
         rows = self.rows(
-            "SELECT t.tid, r.rid, n.layer, k.n, k.first, n.stamp, n.id"
+            "SELECT t.tid, r.rid, n.layer, k.n, f.first, n.stamp, n.id"
             " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(" + ROBOTS_SQL + ") r(rid) CROSS JOIN LATERAL ("
             "  SELECT o.id, o.layer, o.stamp FROM fleet.observations o"
             f"  WHERE o.robot_id = r.rid AND o.text_id = t.tid AND {where} ORDER BY o.stamp DESC LIMIT 1) n"
-            " CROSS JOIN LATERAL (SELECT count(*) AS n, min(x.stamp) AS first FROM (SELECT c.stamp"
+            " CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1"
             "  FROM fleet.observations c WHERE c.robot_id = r.rid AND c.text_id = t.tid"
-            f"{window} LIMIT %s) x) k",
-            (list(text_ids), robots, *params, *window_params, COUNT_CAP + 1))
+            f"{window} LIMIT %s) x) k"
+            " CROSS JOIN LATERAL (SELECT min(c.stamp) AS first FROM fleet.observations c"
+            f"  WHERE c.robot_id = r.rid AND c.text_id = t.tid{window}) f",
+            (list(text_ids), robots, *params, *window_params, COUNT_CAP + 1, *window_params))
         return [TextHit(int(tid), rid, layer, min(int(n), COUNT_CAP), int(n) <= COUNT_CAP, float(first),
                         float(last), int(obs_id)) for tid, rid, layer, n, first, last, obs_id in rows]
 

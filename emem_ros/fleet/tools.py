@@ -61,8 +61,8 @@ CAP = 1000
 """Sightings read per robot and text at most (newest first) when a filter needs each row."""
 LOCATE_CAP = 250
 """Sightings per robot and text that locate weighs at most (the newest: where it is now)."""
-TEXT_BATCH = 4
-"""Ranked texts whose sightings are read at a time (a text seen by ten robots fills ten hits)."""
+TEXT_BATCH = 1
+"""Ranked texts whose sightings are read first (a text seen by ten robots fills ten hits); doubling after."""
 NEARBY_ROWS = 4000
 """Sightings read nearest first around a point at most."""
 SCAN_CHUNK = 512
@@ -256,11 +256,11 @@ def ranked_hits(env: FleetEnv, query: str, scope: Scope, n: int, now: float, gis
     chosen = ranked[: n + 3]
     text_ids = [key[1] for key, _, _ in chosen if key[0] == "text"]
     groups: dict[int, list[TextHit]] = {}
-    read = 0
+    read, size = 0, TEXT_BATCH
     while read < len(text_ids):  # in rank order, only as many texts as the answer needs
-        batch = text_ids[read: read + TEXT_BATCH]
+        batch = text_ids[read: read + size]
         groups.update(_group(env.reader.sightings(batch, scope, CAP)))
-        read += len(batch)
+        read, size = read + len(batch), size * 2
         if env.config.recency_weight <= 0 and _enough(chosen, groups, text_ids[read:], n):
             break
     names = env.reader.names([t for t in text_ids[:read] if t in groups])
