@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 Position = tuple[float, float, float]
 BODY = "interoception"
-KEYWORD_MATCHES = 256
+KEYWORD_MATCHES = 64
 """Texts holding a query word read at most before ranking (a common word matches half the fleet)."""
-COUNT_CAP = 2000
+COUNT_CAP = 1000
 """Sightings of one text by one robot counted at most (from the index alone); beyond, a lower bound."""
 BODY_LAYERS_TTL = 300.0
 """Seconds the list of body layers is kept (it only grows when a robot gets a new sensor)."""
@@ -202,7 +202,8 @@ class FleetReader:
     def _connect(self) -> FleetInfo:
         conn = db.connect(self.url, autocommit=True)
         info = open_fleet(conn, db.redact(self.url))
-        for setting in ("SET hnsw.iterative_scan = relaxed_order", "SET hnsw.ef_search = 100"):
+        for setting in ("SET max_parallel_workers_per_gather = 0", "SET jit = off",  # short reads: no worker
+                        "SET hnsw.iterative_scan = relaxed_order", "SET hnsw.ef_search = 40"):  # or JIT start-up
             try:  # pgvector < 0.8 has no iterative scans: filtered searches then read deeper (k grows)
                 conn.execute(setting)
             except Exception as exc:
@@ -273,14 +274,22 @@ class FleetReader:
         return layers
 
     # ------------------------------------------------------------------ texts
+    @staticmethod
+    def _sighted(scope: Scope) -> tuple[str, list[Any]]:
+        """' AND EXISTS (a sighting of text t in the scope)', or nothing without a scope: texts of body
+        readings or of archived rows only then reach the caller, which finds no sightings and skips them."""
+        if scope.empty:
+            return "", []
+        where, params = scope.observations("o")
+        return f" AND EXISTS (SELECT 1 FROM fleet.observations o WHERE o.text_id = t.id AND {where})", params
+
     def similar_texts(self, vector: np.ndarray, scope: Scope, k: int) -> list[tuple[int, float]]:
         """(text id, cosine) of the k texts nearest in meaning with a sighting in the scope, best first."""
-        where, params = scope.observations("o")
+        where, params = self._sighted(scope)
         literal = vector_literal(vector)
         found = self.rows(
             "SELECT t.id, 1 - (t.embedding <=> %s::vector) FROM fleet.texts t WHERE t.embedding IS NOT NULL"
-            f" AND EXISTS (SELECT 1 FROM fleet.observations o WHERE o.text_id = t.id AND {where})"
-            " ORDER BY t.embedding <=> %s::vector LIMIT %s", (literal, *params, literal, k))
+            f"{where} ORDER BY t.embedding <=> %s::vector LIMIT %s", (literal, *params, literal, k))
         out = [(int(t), float(s)) for t, s in found]
         out.sort(key=lambda item: -item[1])  # relaxed order: iterative scans may return near-ties swapped
         return out
@@ -290,11 +299,10 @@ class FleetReader:
         query = ts_query(tokens)
         if query is None:
             return []
-        where, params = scope.observations("o")
+        where, params = self._sighted(scope)
         return [int(r[0]) for r in self.rows(
             "SELECT t.id FROM (SELECT id, tsv FROM fleet.texts WHERE tsv @@ to_tsquery('english', %s) LIMIT %s) t"
-            f" WHERE EXISTS (SELECT 1 FROM fleet.observations o WHERE o.text_id = t.id AND {where})"
-            " ORDER BY ts_rank_cd(t.tsv, to_tsquery('english', %s)) DESC, t.id DESC LIMIT %s",
+            f" WHERE true{where} ORDER BY ts_rank_cd(t.tsv, to_tsquery('english', %s)) DESC, t.id DESC LIMIT %s",
             (query, KEYWORD_MATCHES, *params, query, k))]
 
     def text_vectors(self, ids: Sequence[int]) -> dict[int, np.ndarray]:
@@ -364,7 +372,7 @@ class FleetReader:
         where, params = scope.observations("o", robots=False)
         rows = self.rows(
             "SELECT t.tid, r.rid, s.layer, count(*), min(s.stamp), max(s.stamp),"
-            " (array_agg(s.id ORDER BY s.stamp DESC, s.id DESC))[1]"
+            " max(s.id)"
             " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(" + ROBOTS_SQL + ") r(rid) CROSS JOIN LATERAL ("
             "  SELECT o.id, o.layer, o.stamp FROM fleet.observations o"
             f"  WHERE o.robot_id = r.rid AND o.text_id = t.tid AND {where}"
@@ -381,20 +389,21 @@ class FleetReader:
                 h.exact = False
         return hits
 
-    def fill(self, hits: Sequence[TextHit]) -> None:
-        """Position and episode of each hit's newest observation, in one read."""
+    def fill(self, hits: Sequence[TextHit], position: bool = True) -> None:
+        """Position (unless ``position`` is False) and episode of each hit's newest observation, in one read."""
         if not hits:
             return
         rows = self.rows(
-            "SELECT o.robot_id, o.id, ST_X(o.position), ST_Y(o.position), ST_Z(o.position), o.episode_id"
-            " FROM fleet.observations o JOIN unnest(%s::text[], %s::bigint[], %s::float8[]) k(r, i, s)"
-            " ON o.robot_id = k.r AND o.id = k.i AND o.stamp = k.s",
-            ([h.robot for h in hits], [h.obs_id for h in hits], [h.last for h in hits]))
+            "SELECT k.r, k.i, o.x, o.y, o.z, o.episode_id FROM unnest(%s::text[], %s::bigint[]) k(r, i)"
+            " CROSS JOIN LATERAL (SELECT ST_X(position) x, ST_Y(position) y, ST_Z(position) z, episode_id"
+            "  FROM fleet.observations WHERE robot_id = k.r AND id = k.i LIMIT 1) o",
+            ([h.robot for h in hits], [h.obs_id for h in hits]))
         found = {(r[0], int(r[1])): r[2:] for r in rows}
         for h in hits:
             detail = found.get((h.robot, h.obs_id))
             if detail is not None:
-                h.position = _point(*detail[:3])
+                if position:
+                    h.position = _point(*detail[:3])
                 h.episode = int(detail[3]) if detail[3] is not None else None
 
     def nearby(self, scope: Scope, limit: int) -> tuple[list[TextHit], bool]:
@@ -408,8 +417,7 @@ class FleetReader:
         cx, cy, cz = scope.center
         rows = self.rows(
             "SELECT s.robot_id, s.text_id, s.layer, count(*), min(s.stamp), max(s.stamp), avg(s.x), avg(s.y),"
-            " avg(s.z), (array_agg(s.id ORDER BY s.stamp DESC, s.id DESC))[1],"
-            " (array_agg(s.episode_id ORDER BY s.stamp DESC, s.id DESC))[1]"
+            " avg(s.z), max(s.id), NULL"
             " FROM (SELECT o.robot_id, o.text_id, o.layer, o.stamp, o.id, o.episode_id, ST_X(o.position) x,"
             "  ST_Y(o.position) y, COALESCE(ST_Z(o.position), 0) z"
             f"  FROM fleet.observations o WHERE {where}"
@@ -451,7 +459,7 @@ class FleetReader:
         where, params = scope.observations("o", robots=False)
         rows = self.rows(
             "SELECT r.rid, t.tid, s.layer, count(*), sum(s.x), sum(s.y), sum(s.z), min(s.stamp), max(s.stamp),"
-            " (array_agg(s.id ORDER BY s.stamp DESC, s.id DESC))[1]"
+            " max(s.id)"
             " FROM unnest(%s::bigint[]) t(tid) CROSS JOIN unnest(" + ROBOTS_SQL + ") r(rid) CROSS JOIN LATERAL ("
             "  SELECT o.id, o.layer, o.stamp, ST_X(o.position) x, ST_Y(o.position) y,"
             "   COALESCE(ST_Z(o.position), 0) z FROM fleet.observations o"
@@ -480,8 +488,8 @@ class FleetReader:
         if not keys:
             return {}
         rows = self.rows(
-            "SELECT o.robot_id, o.id, o.metadata FROM fleet.observations o"
-            " JOIN unnest(%s::text[], %s::bigint[]) k(r, i) ON o.robot_id = k.r AND o.id = k.i",
+            "SELECT k.r, k.i, o.metadata FROM unnest(%s::text[], %s::bigint[]) k(r, i) CROSS JOIN LATERAL"
+            " (SELECT metadata FROM fleet.observations WHERE robot_id = k.r AND id = k.i LIMIT 1) o",
             ([k[0] for k in keys], [k[1] for k in keys]))
         out: dict[tuple[str, int], dict[str, Any]] = {}
         for rid, oid, meta in rows:

@@ -63,7 +63,7 @@ LOCATE_CAP = 250
 """Sightings per robot and text that locate weighs at most (the newest: where it is now)."""
 TEXT_BATCH = 1
 """Ranked texts whose sightings are read first (a text seen by ten robots fills ten hits); doubling after."""
-NEARBY_ROWS = 4000
+NEARBY_ROWS = 1500
 """Sightings read nearest first around a point at most."""
 SCAN_CHUNK = 512
 SCAN_LIMIT = 8192
@@ -158,7 +158,7 @@ class FleetEnv:
     def describe(self, scope: Scope) -> str:
         words = []
         if scope.robots:
-            words.append("robot" + ("s " if len(scope.robots) > 1 else " ") + ", ".join(scope.robots))
+            words.append("by " + ", ".join(scope.robots))
         if scope.layer:
             words.append(f"layer '{scope.layer}'")
         if scope.after is not None:
@@ -310,6 +310,7 @@ def semantic_search(env: FleetEnv, query: Any, n_results: Any = 10, layer: Any =
 def nearby_hits(env: FleetEnv, scope: Scope, n: int, gists: bool = True) -> list[Hit]:
     found, _more = env.reader.nearby(scope, NEARBY_ROWS)
     found = found[:n]
+    env.reader.fill(found, position=False)  # episodes; the place is the centroid of the sightings around
     names = env.reader.names([h.text_id for h in found])
     hits = [_text_hit(h, names.get(h.text_id, "")) for h in found]
     if gists and len(hits) < n:
