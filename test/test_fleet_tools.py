@@ -272,3 +272,23 @@ def test_three_robots_replaying_the_bundled_bag_are_found_in_the_fleet_frame(tmp
             for h in hits.hits:
                 if h.text == name:
                     assert math.dist(h.position[:2], expected[h.robot]) < 1.5
+
+
+def test_a_fleet_memory_outlives_an_outage(tmp_path, clock, own_postgres):
+    url = own_postgres.create_database()
+    with db.connect(url) as conn:
+        init_fleet(conn, dim=DIM)
+    memory = open_memory(tmp_path / "robot1.db", clock)
+    _sight(memory, "blue forklift", 4.0, 4.0, clock.now - 100)
+    memory.flush()
+    sync_memory(memory.config.db_path, url, "robot1")
+    with _fleet(url, clock) as fleet:
+        assert "blue forklift" in fleet.locate("blue forklift")
+        own_postgres.stop()
+        answer = fleet.dispatch_tool_call("locate", {"concept": "blue forklift"})
+        assert answer.startswith("Error:") and "fleet store" in answer  # plain words, nothing raised
+        with pytest.raises(FleetUnavailableError):
+            fleet.call("semantic_search", "blue forklift")
+        own_postgres.start()
+        assert "[robot1/objects3d]" in fleet.locate("blue forklift")  # the reader reconnects
+    memory.close()
