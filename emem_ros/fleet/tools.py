@@ -59,7 +59,7 @@ from emem_ros.tools.specs import TOOLS
 
 CAP = 1000
 """Sightings read per robot and text at most (newest first) when a filter needs each row."""
-LOCATE_CAP = 250
+LOCATE_CAP = 100
 """Sightings per robot and text that locate weighs at most (the newest: where it is now)."""
 TEXT_BATCH = 1
 """Ranked texts whose sightings are read first (a text seen by ten robots fills ten hits); doubling after."""
@@ -591,12 +591,13 @@ def _robots_of(p: placing.Placement) -> tuple[str, ...]:
 
 def _seen_by(p: placing.Placement, env: FleetEnv, now: float) -> str:
     """Which robots' sightings placed it, how often each, and who saw it last."""
-    source = p.source
-    members = source.subset(p.members)
-    per: dict[str, tuple[int, float]] = {}
-    for robot, count, last in zip(members.robot.tolist(), members.count.tolist(), members.last.tolist()):
-        c, l = per.get(robot, (0, -math.inf))
-        per[robot] = (c + int(count), max(l, float(last)))
+    members = p.source.subset(p.members)
+    robots, index = np.unique(members.robot.astype(str), return_inverse=True)
+    index = index.reshape(-1)
+    counts = np.bincount(index, weights=members.count, minlength=len(robots))
+    lasts = np.full(len(robots), -np.inf)
+    np.maximum.at(lasts, index, members.last)
+    per = {str(r): (int(c), float(l)) for r, c, l in zip(robots.tolist(), counts.tolist(), lasts.tolist())}
     last_robot = max(per, key=lambda r: per[r][1])
     listing = ", ".join(f"{r} ×{c}" for r, (c, _) in sorted(per.items()))
     return f"seen by {listing}; last by {last_robot} at {fmt_time(per[last_robot][1], now)}"
