@@ -4,10 +4,11 @@ The robot's tools read its SQLite file through catalogs, place caches and
 hnswlib; over the fleet the same questions are PostgreSQL queries: pgvector's
 HNSW (with iterative scans, so filters never starve it), ``tsvector`` for
 words, PostGIS for circles and nearest-first reads, and the per-robot index
-``(robot_id, text_id, stamp)`` to read each robot's newest sightings of a
-text. Every read is bounded (``cap`` rows per robot and text): a fleet of a
-million observations answers in milliseconds, and counts beyond the cap are
-reported as lower bounds, as the robot's own tools do.
+``(robot_id, text_id, stamp)`` to count and read each robot's sightings of a
+text. Every read is bounded (``cap`` rows per robot and text), so its cost
+does not grow with how often a thing was seen; counts beyond the cap are
+reported as lower bounds, as the robot's own tools do. Counts include
+sightings the robot archived (the fleet keeps their text).
 
 A ``Scope`` is one call's filters (robots, layer, time window, circle) in
 the fleet frame. Perception reads never return body readings
