@@ -18,7 +18,7 @@ import emem_ros.engine.validation as check
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import EmemError, UnknownNodeError
 from emem_ros.core.periodic import PeriodicThread
-from emem_ros.core.timeexpr import TimeLike, parse_time
+from emem_ros.core.timeexpr import TimeLike, parse_time, time_zone
 from emem_ros.core.types import NodeKind, Observation, Position, SourceType, finite_position, make_id
 from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine.embedding import Embedding
@@ -38,6 +38,8 @@ class Engine:
         self.config = config
         self.embedding = Embedding(provider)
         self._clock: Clock = clock or time.time
+        self.zone = time_zone(config.timezone)
+        """The memory's time zone: day words and clock times in questions are read in it."""
         self._live_pose: Optional[PoseSource] = None
         self._closed = False
         self.store = MemoryStore(config, self.embedding.dim, self.embedding.name)
@@ -73,7 +75,7 @@ class Engine:
         self._clock = clock
 
     def resolve_time(self, value: TimeLike) -> Optional[float]:
-        return parse_time(value, self.now())
+        return parse_time(value, self.now(), self.zone)
 
     def set_live_pose(self, source: Optional[PoseSource]) -> None:
         """Where the robot is right now (a ROS node passes its odometry); None: not known live."""
