@@ -215,6 +215,8 @@ def main() -> None:
                 else:
                     memory.add(text, x, y, z, stamp + shift, layer, source, conf, meta)
             memory.flush()
+            for name, call_args in CALLS:  # warm: the first call of a tool builds its catalogs
+                getattr(memory, name)(**call_args)
             live = rows[prefill:]
 
             def writers() -> Writers:

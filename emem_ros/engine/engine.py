@@ -24,6 +24,7 @@ from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine.embedding import Embedding
 from emem_ros.engine.episodes import EpisodeHook, EpisodeStack, episode_number
 from emem_ros.engine.ingest import IngestPath
+from emem_ros.engine.questions import QuestionGate
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.storage.store import MemoryStore, NewObservation, WriteReport
 
@@ -42,6 +43,8 @@ class Engine:
         """The memory's time zone: day words and clock times in questions are read in it."""
         self._live_pose: Optional[PoseSource] = None
         self._closed = False
+        self.questions = QuestionGate()
+        """Questions in progress: writers wait while one runs (``MemoryTools.call`` enters it)."""
         self.store = MemoryStore(config, self.embedding.dim, self.embedding.name)
         self.ingest: Optional[IngestPath] = None
         self._index_saver: Optional[PeriodicThread] = None
@@ -109,6 +112,8 @@ class Engine:
             frame_id: Optional[str] = None, value: Any = None) -> str:
         """Buffer one observation and return its id; x=y=None means 'position unknown'."""
         self.check_open()
+        if self.questions.active:  # a question of another thread goes first (``questions.py``)
+            self.questions.writer_turn()
         observation = NewObservation(
             id=0,
             text=check.clean_text(text, self.config.max_text_length),

@@ -15,7 +15,9 @@ Nothing is dropped silently:
 
 Every flush is bounded: it stores what was buffered when it began (a
 watermark), never what writers add meanwhile, so no flush can run forever
-under unthrottled writers. A question flushes only up to its own watermark
+under unthrottled writers; and writers that get more than two batches ahead
+of the flush timer store what they added themselves (the capacity is for
+outages, when flushing fails), so the backlog stays small. A question flushes only up to its own watermark
 (``flush(upto=mark(), question=True)``) and goes first: the timer's and the
 writers' flushes wait while a question waits for the flush lock, and stop
 between chunks to let it in.
@@ -54,6 +56,9 @@ class WorkingMemory:
         self._retry_at = batch_size
         """Without a timer: queue length at which add() tries the next synchronous flush
         (one batch later after a failure, so an outage is not retried on every add)."""
+        self._lag_limit = min(capacity, 2 * batch_size)
+        """With a timer: a writer this far ahead of storing stores itself (and waits) before adding more,
+        so no question ever has more than about this many observations to store first."""
         self._queue: deque[NewObservation] = deque()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -91,7 +96,8 @@ class WorkingMemory:
             if not full:
                 self._queue.append(observation)
                 self._added += 1
-                due = len(self._queue) >= self._retry_at
+                queued = len(self._queue)
+                due = queued >= self._retry_at
         if full:
             # Back-pressure: store what is waiting before taking more.
             try:
@@ -105,9 +111,9 @@ class WorkingMemory:
                 self._added += 1
             return
         if due:
-            if self._timer is not None:
+            if self._timer is not None and (queued < self._lag_limit or self.failing):
                 self._timer.poke()
-            else:
+            else:  # no timer, or writers got ahead of it: this writer stores (and so waits) first
                 try:
                     self.flush(give_way=True)
                 except Exception as exc:  # accepted: it is kept, and add must not make the caller retry
@@ -138,12 +144,13 @@ class WorkingMemory:
         the next flush).
         """
         mark = self._added if upto is None else upto
+        most = MAX_CHUNK
         stored = 0
         self._lock_flush(question)
         try:
             while True:
                 with self._lock:
-                    wanted = min(MAX_CHUNK, len(self._queue), mark - self._taken)
+                    wanted = min(most, len(self._queue), mark - self._taken)
                     if wanted <= 0 or (give_way and stored and self._questions):
                         break
                     chunk = [self._queue.popleft() for _ in range(wanted)]
