@@ -171,3 +171,27 @@ def test_a_question_sees_everything_added_before_it_while_writers_keep_adding(ma
         stop.set()
         for t in threads:
             t.join()
+
+
+def test_consolidation_steps_wait_while_a_question_runs():
+    from emem_ros.consolidation.worker import ConsolidationWorker
+
+    gate = QuestionGate(max_wait=5.0)
+    worker = ConsolidationWorker(pause=gate.writer_turn)
+    steps: list[int] = []
+
+    def job(stop):
+        for i in range(3):
+            if stop.is_set():  # where a job looks between its steps
+                return
+            steps.append(i)
+
+    try:
+        with gate.asking():
+            future = worker.submit("job", job)
+            time.sleep(0.1)
+            assert steps == []  # held at its first step while the question runs
+        future.result(5)
+        assert steps == [0, 1, 2]
+    finally:
+        worker.close(5)

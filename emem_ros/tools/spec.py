@@ -81,8 +81,9 @@ class ToolDef:
 
 
 # ---------------------------------------------------------------------- JSON-schema helpers
-TIME = ("A time: relative ('-10m', '-2h', '-30s', '10 minutes ago'), ISO-8601 ('2026-11-22T10:00:00Z'),"
-        " 'now', or Unix seconds.")
+TIME = ("A time: relative ('-10m', '-2h', '-30s', '10 minutes ago', 'last hour'), words in the memory's time zone"
+        " ('today', 'yesterday', 'this morning', 'last night', 'since 9:00', 'at 14:30'),"
+        " ISO-8601 ('2026-11-22T10:00:00Z'), 'now', or Unix seconds.")
 
 
 COORDINATE = {"minimum": -MAX_COORDINATE, "maximum": MAX_COORDINATE}
