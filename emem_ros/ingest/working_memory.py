@@ -144,7 +144,7 @@ class WorkingMemory:
         the next flush).
         """
         mark = self._added if upto is None else upto
-        most = MAX_CHUNK
+        most = self._batch_size if give_way else MAX_CHUNK  # background: short transactions a question can pass
         stored = 0
         self._lock_flush(question)
         try:
