@@ -60,11 +60,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def open_memory(folder: Path, provider) -> Any:
+def open_memory(folder: Path, provider, **overrides: Any) -> Any:
     from emem_ros import Memory, MemoryConfig
 
-    config = MemoryConfig(db_path=str(folder / "memory.db"), query_cache_enabled=False,
-                          consolidation_window=5.0, archive_after_seconds=0.0, index_save_interval=0.0)
+    settings: dict[str, Any] = {"query_cache_enabled": False, "consolidation_window": 5.0,
+                                "archive_after_seconds": 0.0, "index_save_interval": 0.0}
+    settings.update(overrides)
+    config = MemoryConfig(db_path=str(folder / "memory.db"), **settings)
     return Memory(config=config, embedding_provider=provider)
 
 
@@ -192,6 +194,8 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between questions (default 0.05)")
+    parser.add_argument("--archive-batch-size", type=int, default=None,
+                        help="archive_batch_size (default: the memory's, 5000)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     prefill = args.prefill or (5_000 if args.quick else 20_000)
@@ -205,7 +209,8 @@ def main() -> None:
                                                                          if "concept" in a])
     rows = list(stream.rows())
     with tempfile.TemporaryDirectory() as tmp:
-        memory = open_memory(Path(tmp), provider)
+        overrides = {} if args.archive_batch_size is None else {"archive_batch_size": args.archive_batch_size}
+        memory = open_memory(Path(tmp), provider, **overrides)
         try:
             now = time.time()
             shift = now - 600 - float(stream.stamp[prefill - 1])
@@ -230,7 +235,8 @@ def main() -> None:
             ]
         finally:
             memory.close()
-    print(f"prefill {prefill} observations, {seconds:g} s per phase, a question every {args.interval * 1000:g} ms;"
+    print(f"prefill {prefill} observations, {seconds:g} s per phase, a question every {args.interval * 1000:g} ms"
+          + (f", archive_batch_size {args.archive_batch_size}" if args.archive_batch_size else "") + ";"
           f" load {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
     print(f"{'phase':30s} {'questions':>9s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} {'max ms':>8s}"
           f" {'added/s':>9s} {'stored/s':>9s} {'maint.':>6s}")

@@ -17,10 +17,11 @@ Every flush is bounded: it stores what was buffered when it began (a
 watermark), never what writers add meanwhile, so no flush can run forever
 under unthrottled writers; and writers that get more than two batches ahead
 of the flush timer store what they added themselves (the capacity is for
-outages, when flushing fails), so the backlog stays small. A question flushes only up to its own watermark
-(``flush(upto=mark(), question=True)``) and goes first: the timer's and the
-writers' flushes wait while a question waits for the flush lock, and stop
-between chunks to let it in.
+outages, when flushing fails), so the backlog stays small. A question
+flushes only up to its own watermark (``flush(upto=mark(), question=True)``)
+and goes first: the timer's and the writers' flushes wait while a question
+waits for the flush lock, and store in chunks of one batch, stopping between
+chunks to let it in.
 """
 
 from __future__ import annotations
