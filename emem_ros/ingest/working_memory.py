@@ -15,13 +15,14 @@ Nothing is dropped silently:
 
 Every flush is bounded: it stores what was buffered when it began (a
 watermark), never what writers add meanwhile, so no flush can run forever
-under unthrottled writers; and writers that get more than two batches ahead
-of the flush timer store what they added themselves (the capacity is for
-outages, when flushing fails), so the backlog stays small. A question
+under unthrottled writers; and a writer that gets half a batch beyond a
+due batch (the timer was poked and has not caught up) stores what is
+waiting itself, in its turn, so the backlog stays about one batch (the
+capacity is for outages, when flushing fails). A question
 flushes only up to its own watermark (``flush(upto=mark(), question=True)``)
 and goes first: the timer's and the writers' flushes wait while a question
-waits for the flush lock, and store in chunks of one batch, stopping between
-chunks to let it in.
+waits for the flush lock, and store in chunks of a quarter batch, stopping
+between chunks to let it in.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ class WorkingMemory:
         self._retry_at = batch_size
         """Without a timer: queue length at which add() tries the next synchronous flush
         (one batch later after a failure, so an outage is not retried on every add)."""
-        self._lag_limit = min(capacity, 2 * batch_size)
-        """With a timer: a writer this far ahead of storing stores itself (and waits) before adding more,
-        so no question ever has more than about this many observations to store first."""
+        self._lag_limit = min(capacity, batch_size + batch_size // 2)
+        """With a timer: a writer this far ahead of storing (the timer was poked and has not caught up)
+        stores itself, waiting its turn, so a question never has much more than this to store first."""
         self._queue: deque[NewObservation] = deque()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -145,7 +146,7 @@ class WorkingMemory:
         the next flush).
         """
         mark = self._added if upto is None else upto
-        most = self._batch_size if give_way else MAX_CHUNK  # background: short transactions a question can pass
+        most = max(16, self._batch_size // 4) if give_way else MAX_CHUNK  # background: short transactions
         stored = 0
         self._lock_flush(question)
         try:
