@@ -12,7 +12,7 @@ import math
 import re
 import sqlite3
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from emem_ros.storage.sqlutil import marks
 
@@ -137,6 +137,31 @@ class KeywordIndex:
                     found.append(rowid)
                     seen.add(rowid)
         return found[:limit]
+
+    def stream(self, conn: sqlite3.Connection, query: str, limit: int) -> Iterator[int]:
+        """``search(conn, query, limit)`` one id at a time: the OR pass runs only if the caller reads that far."""
+        plan = self.plan(conn, query)
+        if plan is None or limit <= 0:
+            return
+        ranked = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? ORDER BY bm25({self.table}) LIMIT ?"
+        newest = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? ORDER BY rowid DESC LIMIT ?"
+        found: list[int] = []
+        if plan.every:
+            if plan.every_by_bm25:
+                found = [r[0] for r in conn.execute(ranked, (plan.every, limit))]
+            else:
+                found = [r[0] for r in conn.execute(newest, (plan.every, min(limit, AND_DEPTH)))]
+        yield from found[:limit]
+        if plan.any and len(found) < limit:
+            seen = set(found)
+            given = len(found)
+            for (rowid,) in conn.execute(ranked, (plan.any, limit + len(found))).fetchall():
+                if rowid not in seen:
+                    seen.add(rowid)
+                    yield rowid
+                    given += 1
+                    if given >= limit:
+                        return
 
     def search(self, conn: sqlite3.Connection, query: str, limit: int, where: str = "",
                params: Sequence[object] = ()) -> list[int]:

@@ -10,6 +10,7 @@ far down the global ranking is still found.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -237,6 +238,7 @@ class GistRanker:
         self._parsed: dict[int, Gist] = {}
         """Gists already read (rows are never updated, only inserted): JSON parsing is most of a read."""
         self._columns = _GistColumns()
+        self._vectors = _GistVectors()
 
     def layer_gists(self, conn: sqlite3.Connection, layer: str) -> frozenset[int]:
         """Ids of the gists that cover a layer, kept per layer and caught up with new gists.
@@ -303,25 +305,27 @@ class GistRanker:
         vector_hits: list[tuple[int, float]] = []
         if allowed is not None and len(allowed) <= EXACT_LIMIT:
             ids = sorted(allowed)
-            sims = _gist_vectors(conn, ids, self._store.dim) @ vector
+            sims = self._vectors.of(conn, ids, self._store.dim) @ vector
             vector_hits = [(ids[i], float(sims[i])) for i in np.argsort(-sims)[: want * 2]]
         elif len(index):
             k = max(2 * want, 32)
             labels, sims = index.search(vector, k, allowed=allowed.__contains__ if allowed is not None else None)
             vector_hits = list(zip(labels.tolist(), sims.tolist()))
         vector_hits = [(g, s) for g, s in vector_hits if s >= floor]
-        keyword_ids = [g for g in self.keywords.search(conn, query, KEYWORD_DEPTH if allowed else max(4 * want, 32))
-                       if allowed is None or g in allowed]
-        gists: dict[int, Optional[Gist]] = {}  # read only as far as the answer needs: a deep keyword list is mostly unused
+        # The keyword list is read lazily, as far as the answer needs: a deep list (KEYWORD_DEPTH under a
+        # filter) is mostly unused, and its second pass (any word, by BM25) costs most when it runs at all.
+        keyword_ids = (g for g in self.keywords.stream(conn, query, KEYWORD_DEPTH if allowed else max(4 * want, 32))
+                       if allowed is None or g in allowed)
+        gists: dict[int, Optional[Gist]] = {}
         self._read_gists(gists, [g for g, _ in vector_hits])
         keyword_list: list[Candidate] = []
         step = max(want, 16)
-        for start in range(0, len(keyword_ids), step):
-            part = keyword_ids[start : start + step]
+        while len(keyword_list) < want:
+            part = list(itertools.islice(keyword_ids, step))
+            if not part:
+                break
             self._read_gists(gists, part)
             keyword_list += [Candidate("gist", g, gist=gists[g]) for g in part if gists.get(g) is not None]
-            if len(keyword_list) >= want:
-                break
         vector_list = [Candidate("gist", g, similarity=s, gist=gists[g]) for g, s in vector_hits
                        if gists.get(g) is not None]
         return vector_list[:want], keyword_list[:want]
@@ -412,6 +416,62 @@ class _GistColumns:
             with np.errstate(invalid="ignore"):
                 keep &= ~np.isnan(cx) & ((cx - x) * (cx - x) + (cy - y) * (cy - y) <= reach * reach)
         return ids[keep]
+
+
+class _GistVectors:
+    """Every gist's embedding (zeros where it has none), by id, decoded once.
+
+    A filtered search scores up to EXACT_LIMIT gists exactly; decoding their
+    blobs from SQLite on every call cost more than the rest of the gist side.
+    Gists are only inserted (ids grow), so the matrix catches up by id; past
+    MAX_CACHED gists it is not kept and the blobs are read per call again.
+    """
+
+    MAX_CACHED = 20_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._top = 0
+        self._ids = np.empty(0, np.int64)
+        self._matrix: Optional[np.ndarray] = None
+
+    def of(self, conn: sqlite3.Connection, ids: list[int], dim: int) -> np.ndarray:
+        """``_gist_vectors(conn, ids, dim)``: the rows of ``ids`` (ascending), zeros for a missing embedding."""
+        top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM gists").fetchone()[0]
+        with self._lock:
+            if top > self._top and not self._catch_up(conn, top, dim):
+                return _gist_vectors(conn, ids, dim)
+            known, matrix = self._ids, self._matrix
+        if matrix is None or matrix.shape[1] != dim:
+            return _gist_vectors(conn, ids, dim)
+        wanted = np.asarray(ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(known, wanted), max(len(known) - 1, 0))
+        out = matrix[at] if len(known) else np.zeros((len(ids), dim), dtype=np.float32)
+        missing = known[at] != wanted if len(known) else np.zeros(len(ids), dtype=bool)
+        if missing.any():  # newer than this snapshot (another thread's catch-up is behind): zeros, like SQL
+            out[missing] = 0.0
+        return out
+
+    def _catch_up(self, conn: sqlite3.Connection, top: int, dim: int) -> bool:
+        """Read the gists added since; False (and nothing kept) when too many or a blob is malformed."""
+        if top > self.MAX_CACHED:
+            self._matrix = None
+            return False
+        rows = conn.execute("SELECT id, embedding FROM gists WHERE id > ? AND id <= ? ORDER BY id",
+                            (self._top, top)).fetchall()
+        new = np.zeros((len(rows), dim), dtype=np.float32)
+        try:
+            for i, (_, blob) in enumerate(rows):
+                if blob is not None:
+                    new[i] = codec.blob_to_vector(blob, dim)
+        except ValueError:
+            return False
+        old = self._matrix if self._matrix is not None and self._matrix.shape[1] == dim else \
+            np.zeros((0, dim), dtype=np.float32)
+        self._ids = np.concatenate([self._ids[: len(old)], np.asarray([r[0] for r in rows], dtype=np.int64)])
+        self._matrix = np.concatenate([old, new])
+        self._top = top
+        return True
 
 
 def _gist_vectors(conn: sqlite3.Connection, ids: list[int], dim: int) -> np.ndarray:
