@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -27,6 +28,9 @@ AND_DEPTH = 256
 more stops here instead of walking thousands of full matches the vector side ranks anyway."""
 DF_CEILING = 1000
 """A word in more texts than this says little about any of them on its own: it joins only the AND pass."""
+
+MEMO_QUERIES = 4096
+"""Queries whose document frequencies a keyword index remembers (then it starts over)."""
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 STOPWORDS = frozenset(
@@ -64,11 +68,49 @@ def _stem_variants(token: str) -> list[str]:
 class KeywordIndex:
     """BM25 over one FTS5 table (``texts_fts`` or ``gists_fts``) with a cost budget."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, content: Optional[str] = None) -> None:
         self.table = table
         self._vocab = f"temp.{table}_vocab"
+        self._content = content
+        """The FTS table's content table (rows only inserted with growing ids, unless ``forget`` is called):
+        document frequencies are then remembered per query until its highest id moves."""
+        self._memo: dict[tuple[str, ...], dict[str, int]] = {}
+        self._memo_key: Optional[tuple[int, int]] = None
+        self._generation = 0
+        self._memo_lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Rows were deleted (or rewritten): remembered document frequencies no longer hold."""
+        with self._memo_lock:
+            self._generation += 1
+            self._memo.clear()
+            self._memo_key = None
 
     def _document_frequency(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
+        """Per token, the documents holding it (or a stem guess of it); remembered while the table stands."""
+        if self._content is None:
+            return self._document_frequency_sql(conn, tokens)
+        with self._memo_lock:
+            generation = self._generation
+        top = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {self._content}").fetchone()[0]
+        key, query = (generation, int(top)), tuple(tokens)
+        with self._memo_lock:
+            if self._memo_key == key:
+                known = self._memo.get(query)
+                if known is not None:
+                    return dict(known)
+        df = self._document_frequency_sql(conn, tokens)  # read after ``top``: never older than its key
+        with self._memo_lock:
+            if self._generation == generation:
+                if self._memo_key != key:
+                    self._memo.clear()
+                    self._memo_key = key
+                if len(self._memo) >= MEMO_QUERIES:
+                    self._memo.clear()
+                self._memo[query] = dict(df)
+        return df
+
+    def _document_frequency_sql(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
         variants = {v: t for t in tokens for v in _stem_variants(t)}
         sql = f"SELECT term, doc FROM {self._vocab} WHERE term IN ({marks(len(variants))})"
         try:

@@ -75,7 +75,7 @@ class TextRanker:
     def __init__(self, store: MemoryStore, catalog: TextCatalog) -> None:
         self._store = store
         self._catalog = catalog
-        self.keywords = KeywordIndex("texts_fts")
+        self.keywords = KeywordIndex("texts_fts", content="texts")
 
     def constraints(self, f: Filters, area: Optional[AreaIndex]) -> list[Constraint]:
         out: list[Constraint] = []
@@ -232,7 +232,7 @@ class GistRanker:
     def __init__(self, store: MemoryStore, catalog: TextCatalog) -> None:
         self._store = store
         self._catalog = catalog
-        self.keywords = KeywordIndex("gists_fts")
+        self.keywords = KeywordIndex("gists_fts", content="gists")
         self._by_layer: dict[str, tuple[int, frozenset[int]]] = {}
         self._by_layer_lock = threading.Lock()
         self._parsed: dict[int, Gist] = {}
