@@ -18,6 +18,7 @@ from emem_ros.tools.filters import Filters, area, episode_number
 from emem_ros.tools.obs_kinds import ObservationKinds
 from emem_ros.tools.ranking import GistRanker, TextRanker
 from emem_ros.tools.results import fmt_time
+from emem_ros.tools.vector_memo import TextVectors
 
 MAX_RESULTS = 100
 
@@ -30,6 +31,8 @@ class ToolEnv:
         self.texts = TextRanker(engine.store, self.catalog)
         self.gists = GistRanker(engine.store, self.catalog)
         self.obs_kinds = ObservationKinds()
+        self.text_vectors = TextVectors(engine.store)
+        self.texts.vectors = self.text_vectors.get
         engine.store.commits.subscribe(self._on_commit)
         engine.store.commits.subscribe(self.obs_kinds.on_commit)
 
@@ -43,6 +46,9 @@ class ToolEnv:
         if commit.reshaped or commit.removed_texts or _deletes(commit):
             self.texts.keywords.forget()
             self.gists.keywords.forget()
+            self.text_vectors.forget()
+        elif any(_EMBEDDINGS.match(sql) for sql, _, _ in commit.statements or ()):
+            self.text_vectors.forget()
 
     @property
     def config(self) -> MemoryConfig:
@@ -154,6 +160,8 @@ class ToolEnv:
 _REWRITE = re.compile(r"^\s*(?:DELETE\s+FROM|REPLACE\s+INTO|INSERT\s+OR\s+REPLACE\s+INTO)\s+(texts|gists|texts_fts|gists_fts)\b",
                       re.IGNORECASE)
 """Statements that remove or replace keyword documents (a text's or gist's words are never updated in place)."""
+_EMBEDDINGS = re.compile(r"^\s*UPDATE(?:\s+OR\s+\w+)?\s+texts\s+SET\b(?=.*\bembedding\b)", re.IGNORECASE | re.DOTALL)
+"""Statements that (re)write text embeddings: a back-fill or a re-embedding with a new model."""
 _FTS_COMMAND = re.compile(r"INTO\s+(texts_fts|gists_fts)\s*\(\s*\1\b", re.IGNORECASE)
 
 

@@ -248,7 +248,7 @@ def _relevance(env: ToolEnv, vector: np.ndarray, ranked: list[Candidate]) -> dic
     Texts weighing under MIN_RELEVANCE cannot move the answer and are dropped before their places are read.
     """
     ids = [c.key for c in ranked]
-    sims = env.store.text_vectors(ids) @ vector
+    sims = env.text_vectors.get(ids) @ vector
     best = float(sims.max())
     weights = {t: math.exp((float(s) - best) / TEMPERATURE) for t, s in zip(ids, sims)}
     return {t: w for t, w in weights.items() if w >= MIN_RELEVANCE}

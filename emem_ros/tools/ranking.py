@@ -76,6 +76,8 @@ class TextRanker:
         self._store = store
         self._catalog = catalog
         self.keywords = KeywordIndex("texts_fts", content="texts")
+        self.vectors: Optional[TextVectorSource] = None
+        """Where stored text vectors are read (``ToolEnv`` sets its memo); None: ``store.text_vectors``."""
 
     def constraints(self, f: Filters, area: Optional[AreaIndex]) -> list[Constraint]:
         out: list[Constraint] = []
@@ -122,14 +124,14 @@ class TextRanker:
             use_filter = bool(ordered) and ordered[0].size < FILTERED_SEARCH_SHARE * max(1, len(index))
             universe = ordered[0].listing if ordered else (lambda: self._catalog.texts())
             vector_list = _grow(index, vector, agg, want, floor, contains if use_filter else None, universe,
-                                self._store)
+                                self._store, self.vectors)
         member = set(exact).__contains__ if exact is not None else contains
         keyword_list = self._keyword(query, agg, want, member, exact is not None)
         return vector_list, keyword_list
 
     def _exact(self, vector: np.ndarray, ids: list[int], agg: Aggregator, want: int,
                floor: float) -> list[Candidate]:
-        return _score_exactly(self._store, vector, ids, agg, want, floor)
+        return _score_exactly(self._store, vector, ids, agg, want, floor, vectors=self.vectors)
 
     def _keyword(self, query: str, agg: Aggregator, want: int, member: Optional[Callable[[int], bool]],
                  exact: bool) -> list[Candidate]:
@@ -171,7 +173,7 @@ def _all(constraints: Sequence[Constraint]) -> Callable[[int], bool]:
 
 def _grow(index: VectorIndex, vector: np.ndarray, agg: Aggregator, want: int, floor: float,
           allowed: Optional[Callable[[int], bool]], universe: Callable[[], list[int]],
-          store: MemoryStore) -> list[Candidate]:
+          store: MemoryStore, vectors: Optional[TextVectorSource] = None) -> list[Candidate]:
     """hnswlib with growing k until ``want`` candidates pass the filters or similarity runs out.
 
     hnswlib may return fewer than k neighbours (its graph search gives up,
@@ -198,22 +200,27 @@ def _grow(index: VectorIndex, vector: np.ndarray, agg: Aggregator, want: int, fl
             break
         if len(labels) < k:
             out += _score_exactly(store, vector, [t for t in universe() if t not in seen], agg,
-                                  want - len(out), floor)
+                                  want - len(out), floor, vectors=vectors)
             break
         k *= 4
     out.sort(key=lambda c: -(c.similarity or 0.0))
     return out[:want]
 
 
+TextVectorSource = Callable[[Sequence[int]], np.ndarray]
+"""``store.text_vectors`` or a memo of it (``vector_memo.TextVectors.get``)."""
+
+
 def _score_exactly(store: MemoryStore, vector: np.ndarray, ids: list[int], agg: Aggregator, want: int,
-                   floor: float, chunk: int = 4096) -> list[Candidate]:
+                   floor: float, chunk: int = 4096, vectors: Optional[TextVectorSource] = None) -> list[Candidate]:
     """Exact cosine over listed texts, best first, checked until ``want`` pass."""
     if not ids or want <= 0:
         return []
+    read = vectors or store.text_vectors
     scored: list[tuple[float, int]] = []
     for start in range(0, len(ids), chunk):
         part = ids[start : start + chunk]
-        sims = store.text_vectors(part) @ vector
+        sims = read(part) @ vector
         scored += [(float(sims[i]), part[i]) for i in np.nonzero(sims >= floor)[0]]
     scored.sort(reverse=True)
     out: list[Candidate] = []
