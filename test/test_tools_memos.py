@@ -136,3 +136,25 @@ def test_observation_kinds_are_the_json_values_and_a_reshaping_commit_drops_them
     kinds.get(conn, [1])
     kinds.on_commit(Commit(statements=[("DELETE FROM observations WHERE id = ?", (1,), False)]))
     assert not kinds._known
+
+
+def test_remembered_ranked_lists_equal_fresh_ones_after_inserts_and_deletes(tmp_path):
+    conn = _fts(tmp_path, [f"red mug {i}" for i in range(20)] + [f"blue mug {i}" for i in range(10)])
+    memo, plain = KeywordIndex("texts_fts", content="texts"), KeywordIndex("texts_fts")
+
+    def same() -> None:
+        for query in ("red mug", "mug", "blue", "red blue mug"):
+            for limit in (3, 25, 200):
+                assert memo.search(conn, query, limit) == plain.search(conn, query, limit), (query, limit)
+                assert list(memo.stream(conn, query, limit)) == plain.search(conn, query, limit)
+
+    same()
+    same()  # now from the memo
+    _insert(conn, "red mug red mug red mug")  # a better BM25 match arrives
+    same()
+    conn.execute("INSERT INTO texts_fts(texts_fts, rowid, text) VALUES('delete', 3, 'red mug 2')")
+    conn.execute("DELETE FROM texts WHERE id = 3")
+    conn.commit()
+    assert 3 in memo.search(conn, "red mug", 200)  # remembered: only ``forget`` says rows went
+    memo.forget()
+    same()
