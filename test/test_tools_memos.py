@@ -158,3 +158,27 @@ def test_remembered_ranked_lists_equal_fresh_ones_after_inserts_and_deletes(tmp_
     assert 3 in memo.search(conn, "red mug", 200)  # remembered: only ``forget`` says rows went
     memo.forget()
     same()
+
+
+def test_box_distance_is_the_per_axis_sum_bit_for_bit():
+    import math
+    import random
+
+    from emem_ros.storage.place_grid import _box_distance
+
+    def reference(x: float, y: float, cx: int, cy: int, cell: float) -> float:
+        total = 0.0
+        for q, c in ((x, cx), (y, cy)):
+            low, high = c * cell, (c + 1) * cell
+            gap = abs(high - q) if high < q else (abs(low - q) if q < low else 0.0)
+            total += gap * gap
+        return math.sqrt(total)
+
+    rng = random.Random(4)
+    for _ in range(20_000):
+        cell = rng.choice([0.5, 0.25, 0.3, 1.0])
+        x, y = rng.uniform(-80.0, 80.0), rng.uniform(-80.0, 80.0)
+        cx, cy = math.floor(x / cell) + rng.randint(-6, 6), math.floor(y / cell) + rng.randint(-6, 6)
+        if rng.random() < 0.2:
+            x = cx * cell  # on a cell edge
+        assert _box_distance(x, y, cx, cy, cell) == reference(x, y, cx, cy, cell)
