@@ -22,6 +22,8 @@ cache. Each engine runs in its own subprocess.
     python bench/bench_tools.py --save     # also write bench/results/tools-<date>.txt
     python bench/bench_tools.py --ours-only 1e6 --sizes "" --skip-peer --reuse /tmp/bt
                                            # build the 1M memory once, reuse it on later runs
+    python bench/bench_tools.py ... --clock cpu            # time by thread CPU time (a loaded machine)
+    python bench/bench_tools.py ... --dump-answers /tmp/a  # every answer in full, to diff two versions
 """
 
 from __future__ import annotations
