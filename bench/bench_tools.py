@@ -20,6 +20,10 @@ cache. Each engine runs in its own subprocess.
     python bench/bench_tools.py            # 10k and 100k both, 1M emem_ros (~15 min)
     python bench/bench_tools.py --quick    # 2k both (make bench)
     python bench/bench_tools.py --save     # also write bench/results/tools-<date>.txt
+    python bench/bench_tools.py --ours-only 1e6 --sizes "" --skip-peer --reuse /tmp/bt
+                                           # build the 1M memory once, reuse it on later runs
+    python bench/bench_tools.py ... --clock cpu            # time by thread CPU time (a loaded machine)
+    python bench/bench_tools.py ... --dump-answers /tmp/a  # every answer in full, to diff two versions
 """
 
 from __future__ import annotations
@@ -88,12 +92,20 @@ def query_strings(arg_sets: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------- loading (child process)
-def load(engine: str, n: int, folder: Path, export: Path):
+def load(engine: str, n: int, folder: Path, export: Path, reuse: bool = False):
     from emem_ros.embeddings import HashingEmbeddingProvider
 
     stream = make_stream(n)
     provider = CachedProvider(HashingEmbeddingProvider())
     clock = [float(stream.stamp[0])]
+    ready = folder / "ready.json"
+    if reuse and ready.exists():  # built by an earlier run: open it as it was left
+        clock[0] = float(stream.stamp[-1]) + 30.0
+        if engine == OURS:
+            memory = open_ours(folder, provider, lambda: clock[0], query_cache_enabled=False)
+        else:
+            memory = open_peer(folder, provider, lambda: clock[0], capacity=n + 20_000)
+        return memory, stream, provider, clock, {**json.loads(ready.read_text()), "reused": True}
     if engine == OURS:
         memory = open_ours(folder, provider, lambda: clock[0], query_cache_enabled=False)
     else:
@@ -127,6 +139,10 @@ def load(engine: str, n: int, folder: Path, export: Path):
         _import(memory, export, peer_ids)
     clock[0] = float(stream.stamp[-1]) + 30.0
     info["graph_s"] = time.perf_counter() - t0
+    if reuse:
+        if engine == OURS:
+            memory.save()
+        ready.write_text(json.dumps(info))
     return memory, stream, provider, clock, info
 
 
@@ -170,14 +186,16 @@ def _import(memory, path: Path, peer_ids: list[str]) -> None:
 # ---------------------------------------------------------------------- timing (child process)
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     engine, n = spec["engine"], spec["n"]
-    memory, stream, provider, clock, info = load(engine, n, Path(spec["folder"]), Path(spec["export"]))
+    memory, stream, provider, clock, info = load(engine, n, Path(spec["folder"]), Path(spec["export"]),
+                                                 reuse=spec.get("reuse", False))
     arg_sets = calls(stream)
     provider.precompute(query_strings(arg_sets))
     budget, max_samples = spec["budget"], spec["samples"]
     timings: dict[str, list[float]] = {}
     answers: dict[str, str] = {}
     by_args: dict[str, list] = {}
-    for tool in TOOL_NAMES:
+    tools = spec.get("only") or TOOL_NAMES
+    for tool in tools:
         method = getattr(memory, tool)
         sets = arg_sets[tool]
         for kwargs in sets:  # warm-up: first calls build caches (catalog, FTS vocabulary, SQLite pages)
@@ -185,15 +203,23 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
         samples: list[float] = []
         per_set: list[list[float]] = [[] for _ in sets]
         started = time.perf_counter()
+        clock = time.thread_time if spec.get("clock") == "cpu" else time.perf_counter
         while len(samples) < max_samples and (time.perf_counter() - started < budget or len(samples) < 2 * len(sets)):
             for k, kwargs in enumerate(sets):
-                t0 = time.perf_counter()
+                t0 = clock()
                 method(**kwargs)
-                took = time.perf_counter() - t0
+                took = clock() - t0
                 samples.append(took)
                 per_set[k].append(took)
         timings[tool] = samples
         by_args[tool] = [(json.dumps(kwargs), statistics.median(s) * 1000) for kwargs, s in zip(sets, per_set)]
+    if spec.get("dump"):  # every answer in full, to compare two versions of the code on one memory
+        full = {f"{tool} {json.dumps(kwargs)}": getattr(memory, tool)(**kwargs) for tool in tools
+                for kwargs in arg_sets[tool]}
+        Path(spec["dump"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(spec["dump"]).write_text(json.dumps(full, indent=1, sort_keys=True))
+    if spec.get("profile"):
+        _profile(memory, arg_sets, Path(spec["profile"]), f"{engine}-{n}", tools)
     counts = {}
     if engine == OURS:
         counts = {k: v for k, v in memory.store.counts().items() if k in ("gists", "entities", "episodes")}
@@ -201,6 +227,28 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return {"engine": engine, "n": n, **info, "counts": counts,
             "stats": {t: _stats(s) for t, s in timings.items()},
             "answers": {t: a[:300] for t, a in answers.items()}, "by_args": by_args}
+
+
+def _profile(memory, arg_sets: dict[str, list[dict[str, Any]]], out: Path, label: str, tools, rounds: int = 40) -> None:
+    """cProfile of each tool's calls (after the timed ones): where the time goes, one text file per tool."""
+    import cProfile
+    import io
+    import pstats
+
+    out.mkdir(parents=True, exist_ok=True)
+    for tool in tools:
+        method = getattr(memory, tool)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(rounds):
+            for kwargs in arg_sets[tool]:
+                method(**kwargs)
+        profiler.disable()
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("cumulative").print_stats(45)
+        (out / f"{label}-{tool}.txt").write_text(text.getvalue())
 
 
 def _stats(samples: list[float]) -> dict[str, float]:
@@ -219,10 +267,14 @@ def child(spec_json: str) -> int:
 
 # ---------------------------------------------------------------------- the parent
 def run_case(engine: str, n: int, tmp: Path, args) -> dict[str, Any]:
+    if args.reuse:
+        tmp = Path(args.reuse)
     folder = tmp / f"{engine}-{n}"
-    folder.mkdir()
+    folder.mkdir(parents=True, exist_ok=bool(args.reuse))
     spec = {"engine": engine, "n": n, "folder": str(folder), "export": str(tmp / f"graph-{n}.json"),
-            "budget": args.budget, "samples": args.samples}
+            "budget": args.budget, "samples": args.samples, "reuse": bool(args.reuse), "profile": args.profile,
+            "only": [t for t in (args.only or "").split(",") if t],
+            "dump": args.dump_answers and f"{args.dump_answers}-{engine}-{n}.json", "clock": args.clock}
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                               text=True, timeout=args.timeout)
@@ -231,9 +283,10 @@ def run_case(engine: str, n: int, tmp: Path, args) -> dict[str, Any]:
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         return {"engine": engine, "n": n, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    import shutil
+    if not args.reuse:
+        import shutil
 
-    shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
     return json.loads(lines[-1][7:])
 
 
@@ -253,8 +306,10 @@ def table(results: list[dict[str, Any]]) -> list[str]:
                   f"{'tool':22}{'emem_ros p50':>13}{'p95':>9}{'emem p50':>11}{'p95':>10}{'p50 ratio':>11}"
                   f"{'samples':>13}"]
         for tool in TOOL_NAMES:
-            o = ours["stats"][tool] if ours else None
-            p = peer["stats"][tool] if peer else None
+            o = ours["stats"].get(tool) if ours else None
+            p = peer["stats"].get(tool) if peer else None
+            if o is None and p is None:
+                continue
             ratio = f"{p['p50'] / o['p50']:.1f}x" if o and p else ""
             lines.append(
                 f"{tool:22}{_ms(o, 'p50'):>13}{_ms(o, 'p95'):>9}{_ms(p, 'p50'):>11}{_ms(p, 'p95'):>10}{ratio:>11}"
@@ -282,18 +337,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--samples", type=int, default=300, help="at most this many calls per tool")
     parser.add_argument("--timeout", type=float, default=2400.0)
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--reuse", type=str, default=None,
+                        help="keep each memory in this folder and reuse it when a previous run built it")
     parser.add_argument("--by-args", action="store_true", help="print the p50 of each argument set")
     parser.add_argument("--show-answers", action="store_true", help="print each engine's first answer per tool")
+    parser.add_argument("--profile", type=str, default=None, help="also write a cProfile per tool to this folder")
+    parser.add_argument("--only", type=str, default=None, help="comma-separated tools to time (default: all ten)")
+    parser.add_argument("--dump-answers", type=str, default=None,
+                        help="write every answer in full to <this>-<engine>-<n>.json")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time calls by the wall clock (default) or by this thread's CPU time (a loaded machine)")
     parser.add_argument("--child", type=str, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child)
     if args.quick:
         args.budget = min(args.budget, 2.0)
-    both = [int(float(s)) for s in (args.sizes or ("2000" if args.quick else "10000,50000,100000")).split(",") if s]
+    both = [int(float(s)) for s in (args.sizes if args.sizes is not None
+                                    else ("2000" if args.quick else "10000,50000,100000")).split(",") if s]
     ours_only = [int(float(s)) for s in (args.ours_only if args.ours_only is not None
                                          else ("" if args.quick else "1000000")).split(",") if s]
     header = f"bench_tools ({'quick' if args.quick else 'full'}) on {machine_info()}"
+    if args.clock == "cpu":
+        header += "; timed by thread CPU time"
     print(header, flush=True)
     results = []
     total = time.perf_counter()

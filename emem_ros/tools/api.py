@@ -65,6 +65,8 @@ class MemoryTools:
         tool = self._defs.get(name)
         if tool is None:
             raise InvalidInputError(f"there is no tool named {name!r}; tools: {', '.join(self._defs)}")
+        if not args and (self.cache is None or tool.cache is None) and _binds(tool, kwargs):
+            return self._noted(tool.run(self.env, **kwargs))  # what binding would pass, without building it
         bound = tool.signature.bind(*args, **kwargs)  # a TypeError names the bad argument
         try:  # every argument against its schema, once, here: no bad number reaches SQLite or a printout
             bound.arguments.update(checked_arguments(name, bound.arguments, tool.properties, tool.time_params))
@@ -126,6 +128,30 @@ class MemoryTools:
             name = definition["function"]["name"]
             pairs.append((_bound(self.registry, name, definition["function"]["description"]), definition))
         return pairs
+
+
+def _binds(tool: ToolDef, kwargs: dict[str, Any]) -> bool:
+    """Keyword arguments that ``tool.signature.bind`` accepts as they are: known names, every required one."""
+    names, required = _names(tool)
+    return required.issubset(kwargs) and names.issuperset(kwargs)
+
+
+_NAMES: dict[int, tuple[ToolDef, frozenset[str], frozenset[str]]] = {}
+
+
+def _names(tool: ToolDef) -> tuple[frozenset[str], frozenset[str]]:
+    """(keyword-passable parameters, parameters without a default) of a tool's signature, worked out once."""
+    known = _NAMES.get(id(tool))
+    if known is None or known[0] is not tool:
+        params = tool.signature.parameters.values()
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        if any(p.kind not in keyword for p in params):
+            names, required = frozenset[str](), frozenset({"\0"})  # *args, **kwargs, positional-only: bind
+        else:
+            names = frozenset(p.name for p in params)
+            required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+        known = _NAMES[id(tool)] = (tool, names, required)
+    return known[1], known[2]
 
 
 def _bound(registry: ToolRegistry, name: str, description: str) -> Callable[..., str]:

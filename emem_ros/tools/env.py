@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 import numpy as np
@@ -14,8 +15,10 @@ from emem_ros.engine import Engine
 from emem_ros.storage.events import Commit
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters, area, episode_number
+from emem_ros.tools.obs_kinds import ObservationKinds
 from emem_ros.tools.ranking import GistRanker, TextRanker
 from emem_ros.tools.results import fmt_time
+from emem_ros.tools.vector_memo import TextVectors
 
 MAX_RESULTS = 100
 
@@ -27,12 +30,25 @@ class ToolEnv:
         self.catalog = TextCatalog(engine.store)
         self.texts = TextRanker(engine.store, self.catalog)
         self.gists = GistRanker(engine.store, self.catalog)
+        self.obs_kinds = ObservationKinds()
+        self.text_vectors = TextVectors(engine.store)
+        self.texts.vectors = self.text_vectors.get
         engine.store.commits.subscribe(self._on_commit)
+        engine.store.commits.subscribe(self.obs_kinds.on_commit)
 
     def _on_commit(self, commit: Commit) -> None:
-        """Rows left the hot tables or arrived out of order: the per-text catalog is rebuilt on next use."""
+        """Rows left the hot tables or arrived out of order: the per-text catalog is rebuilt on next use.
+
+        Texts or gists deleted (or an unknown transaction): keyword document frequencies are read afresh.
+        """
         if commit.reshaped:
             self.catalog.invalidate()
+        if commit.reshaped or commit.removed_texts or _deletes(commit):
+            self.texts.keywords.forget()
+            self.gists.keywords.forget()
+            self.text_vectors.forget()
+        elif any(_EMBEDDINGS.match(sql) for sql, _, _ in commit.statements or ()):
+            self.text_vectors.forget()
 
     @property
     def config(self) -> MemoryConfig:
@@ -139,3 +155,18 @@ class ToolEnv:
         if not notes and not f.empty:
             notes.append("nothing passes the filters (" + f.describe(self.fmt) + "); try fewer filters")
         return notes
+
+
+_REWRITE = re.compile(r"^\s*(?:DELETE\s+FROM|REPLACE\s+INTO|INSERT\s+OR\s+REPLACE\s+INTO)\s+(texts|gists|texts_fts|gists_fts)\b",
+                      re.IGNORECASE)
+"""Statements that remove or replace keyword documents (a text's or gist's words are never updated in place)."""
+_EMBEDDINGS = re.compile(r"^\s*UPDATE(?:\s+OR\s+\w+)?\s+texts\s+SET\b(?=.*\bembedding\b)", re.IGNORECASE | re.DOTALL)
+"""Statements that (re)write text embeddings: a back-fill or a re-embedding with a new model."""
+_FTS_COMMAND = re.compile(r"INTO\s+(texts_fts|gists_fts)\s*\(\s*\1\b", re.IGNORECASE)
+
+
+def _deletes(commit: Commit) -> bool:
+    """The transaction may have deleted or rewritten texts or gists (its statements unknown: assume so)."""
+    if commit.statements is None:
+        return True
+    return any(_REWRITE.match(sql) or _FTS_COMMAND.search(sql) for sql, _, _ in commit.statements)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+import threading
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from functools import partial
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from emem_ros.storage.sqlutil import marks
 
@@ -27,6 +29,11 @@ AND_DEPTH = 256
 more stops here instead of walking thousands of full matches the vector side ranks anyway."""
 DF_CEILING = 1000
 """A word in more texts than this says little about any of them on its own: it joins only the AND pass."""
+
+MEMO_ENTRIES = 1024
+"""Document frequencies and ranked lists a keyword index remembers (then it starts over)."""
+MEMO_IDS = 1024
+"""Longer ranked lists are read afresh each time."""
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 STOPWORDS = frozenset(
@@ -64,11 +71,67 @@ def _stem_variants(token: str) -> list[str]:
 class KeywordIndex:
     """BM25 over one FTS5 table (``texts_fts`` or ``gists_fts``) with a cost budget."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, content: Optional[str] = None) -> None:
         self.table = table
         self._vocab = f"temp.{table}_vocab"
+        self._content = content
+        """The FTS table's content table (rows only inserted with growing ids, unless ``forget`` is called):
+        document frequencies and ranked lists are then remembered until its highest id moves."""
+        self._memo: dict[tuple[object, ...], Any] = {}
+        self._memo_key: Optional[tuple[int, int]] = None
+        self._generation = 0
+        self._memo_lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Rows were deleted (or rewritten): remembered frequencies and lists no longer hold."""
+        with self._memo_lock:
+            self._generation += 1
+            self._memo.clear()
+            self._memo_key = None
+
+    def _remembered(self, conn: sqlite3.Connection, what: tuple[object, ...], compute: Callable[[], Any]) -> Any:
+        """``compute()`` (an immutable value), remembered while the table only grew and its top id stood still.
+
+        Every answer here is a function of the table's rows alone (BM25 uses the table's own statistics);
+        rows are only inserted with growing ids, and deletions call ``forget``.
+        """
+        if self._content is None:
+            return compute()
+        with self._memo_lock:
+            generation = self._generation
+        top = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {self._content}").fetchone()[0]
+        key = (generation, int(top))
+        with self._memo_lock:
+            if self._memo_key == key:
+                known = self._memo.get(what)
+                if known is not None:
+                    return known
+        value = compute()  # read after ``top``: never older than its key
+        with self._memo_lock:
+            if self._generation == generation:
+                if self._memo_key != key:
+                    self._memo.clear()
+                    self._memo_key = key
+                if len(self._memo) >= MEMO_ENTRIES:
+                    self._memo.clear()
+                self._memo[what] = value
+        return value
 
     def _document_frequency(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
+        """Per token, the documents holding it (or a stem guess of it)."""
+        items = self._remembered(conn, ("df", *tokens),
+                                 lambda: tuple(self._document_frequency_sql(conn, tokens).items()))
+        return dict(items)
+
+    def _ids(self, conn: sqlite3.Connection, sql: str, match: str, limit: int) -> list[int]:
+        """Row ids of one MATCH statement (no extra condition), remembered like the frequencies (short lists)."""
+        if limit > MEMO_IDS:
+            return [r[0] for r in conn.execute(sql, (match, limit))]
+        rows = self._remembered(conn, (sql, match, limit),
+                                lambda: tuple(r[0] for r in conn.execute(sql, (match, limit))))
+        return list(rows)
+
+    def _document_frequency_sql(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
         variants = {v: t for t in tokens for v in _stem_variants(t)}
         sql = f"SELECT term, doc FROM {self._vocab} WHERE term IN ({marks(len(variants))})"
         try:
@@ -124,19 +187,49 @@ class KeywordIndex:
         ranked = (f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?{extra}"
                   f" ORDER BY bm25({self.table}) LIMIT ?")
         newest = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?{extra} ORDER BY rowid DESC LIMIT ?"
+        if where:
+            def ids(sql: str, match: str, n: int) -> list[int]:
+                return [r[0] for r in conn.execute(sql, (match, *params, n))]
+        else:
+            ids = partial(self._ids, conn)
         found: list[int] = []
         if plan.every:
             if plan.every_by_bm25:
-                found = [r[0] for r in conn.execute(ranked, (plan.every, *params, limit))]
+                found = ids(ranked, plan.every, limit)
             else:
-                found = [r[0] for r in conn.execute(newest, (plan.every, *params, min(limit, AND_DEPTH)))]
+                found = ids(newest, plan.every, min(limit, AND_DEPTH))
         if plan.any and len(found) < limit:
             seen = set(found)
-            for (rowid,) in conn.execute(ranked, (plan.any, *params, limit + len(found))):
+            for rowid in ids(ranked, plan.any, limit + len(found)):
                 if rowid not in seen:
                     found.append(rowid)
                     seen.add(rowid)
         return found[:limit]
+
+    def stream(self, conn: sqlite3.Connection, query: str, limit: int) -> Iterator[int]:
+        """``search(conn, query, limit)`` one id at a time: the OR pass runs only if the caller reads that far."""
+        plan = self.plan(conn, query)
+        if plan is None or limit <= 0:
+            return
+        ranked = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? ORDER BY bm25({self.table}) LIMIT ?"
+        newest = f"SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? ORDER BY rowid DESC LIMIT ?"
+        found: list[int] = []
+        if plan.every:
+            if plan.every_by_bm25:
+                found = self._ids(conn, ranked, plan.every, limit)
+            else:
+                found = self._ids(conn, newest, plan.every, min(limit, AND_DEPTH))
+        yield from found[:limit]
+        if plan.any and len(found) < limit:
+            seen = set(found)
+            given = len(found)
+            for rowid in self._ids(conn, ranked, plan.any, limit + len(found)):
+                if rowid not in seen:
+                    seen.add(rowid)
+                    yield rowid
+                    given += 1
+                    if given >= limit:
+                        return
 
     def search(self, conn: sqlite3.Connection, query: str, limit: int, where: str = "",
                params: Sequence[object] = ()) -> list[int]:

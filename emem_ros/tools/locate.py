@@ -208,11 +208,8 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence") -> dict[str, _LayerKind]:
     for layer in layers:
         for obs in evidence.last_obs[evidence.layer == layer][:SAMPLE_PER_LAYER].tolist():
             sample[int(obs)] = layer
-    slots = marks(len(sample))
     seen: dict[str, list[tuple[bool, bool, Any]]] = {layer: [] for layer in layers}
-    for obs, source, ray, view_range in env.store.reader().execute(
-            f"SELECT id, json_extract(metadata, '$.position_source'), json_type(metadata, '$.ray'),"
-            f" json_extract(metadata, '$.view_range') FROM observations WHERE id IN ({slots})", list(sample)):
+    for obs, (source, ray, view_range) in sorted(env.obs_kinds.get(env.store.reader(), list(sample)).items()):
         seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
     kinds = {}
     conn = env.store.reader()
@@ -251,7 +248,7 @@ def _relevance(env: ToolEnv, vector: np.ndarray, ranked: list[Candidate]) -> dic
     Texts weighing under MIN_RELEVANCE cannot move the answer and are dropped before their places are read.
     """
     ids = [c.key for c in ranked]
-    sims = env.store.text_vectors(ids) @ vector
+    sims = env.text_vectors.get(ids) @ vector
     best = float(sims.max())
     weights = {t: math.exp((float(s) - best) / TEMPERATURE) for t, s in zip(ids, sims)}
     return {t: w for t, w in weights.items() if w >= MIN_RELEVANCE}

@@ -10,6 +10,7 @@ far down the global ranking is still found.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -74,7 +75,9 @@ class TextRanker:
     def __init__(self, store: MemoryStore, catalog: TextCatalog) -> None:
         self._store = store
         self._catalog = catalog
-        self.keywords = KeywordIndex("texts_fts")
+        self.keywords = KeywordIndex("texts_fts", content="texts")
+        self.vectors: Optional[TextVectorSource] = None
+        """Where stored text vectors are read (``ToolEnv`` sets its memo); None: ``store.text_vectors``."""
 
     def constraints(self, f: Filters, area: Optional[AreaIndex]) -> list[Constraint]:
         out: list[Constraint] = []
@@ -121,14 +124,14 @@ class TextRanker:
             use_filter = bool(ordered) and ordered[0].size < FILTERED_SEARCH_SHARE * max(1, len(index))
             universe = ordered[0].listing if ordered else (lambda: self._catalog.texts())
             vector_list = _grow(index, vector, agg, want, floor, contains if use_filter else None, universe,
-                                self._store)
+                                self._store, self.vectors)
         member = set(exact).__contains__ if exact is not None else contains
         keyword_list = self._keyword(query, agg, want, member, exact is not None)
         return vector_list, keyword_list
 
     def _exact(self, vector: np.ndarray, ids: list[int], agg: Aggregator, want: int,
                floor: float) -> list[Candidate]:
-        return _score_exactly(self._store, vector, ids, agg, want, floor)
+        return _score_exactly(self._store, vector, ids, agg, want, floor, vectors=self.vectors)
 
     def _keyword(self, query: str, agg: Aggregator, want: int, member: Optional[Callable[[int], bool]],
                  exact: bool) -> list[Candidate]:
@@ -170,7 +173,7 @@ def _all(constraints: Sequence[Constraint]) -> Callable[[int], bool]:
 
 def _grow(index: VectorIndex, vector: np.ndarray, agg: Aggregator, want: int, floor: float,
           allowed: Optional[Callable[[int], bool]], universe: Callable[[], list[int]],
-          store: MemoryStore) -> list[Candidate]:
+          store: MemoryStore, vectors: Optional[TextVectorSource] = None) -> list[Candidate]:
     """hnswlib with growing k until ``want`` candidates pass the filters or similarity runs out.
 
     hnswlib may return fewer than k neighbours (its graph search gives up,
@@ -197,22 +200,27 @@ def _grow(index: VectorIndex, vector: np.ndarray, agg: Aggregator, want: int, fl
             break
         if len(labels) < k:
             out += _score_exactly(store, vector, [t for t in universe() if t not in seen], agg,
-                                  want - len(out), floor)
+                                  want - len(out), floor, vectors=vectors)
             break
         k *= 4
     out.sort(key=lambda c: -(c.similarity or 0.0))
     return out[:want]
 
 
+TextVectorSource = Callable[[Sequence[int]], np.ndarray]
+"""``store.text_vectors`` or a memo of it (``vector_memo.TextVectors.get``)."""
+
+
 def _score_exactly(store: MemoryStore, vector: np.ndarray, ids: list[int], agg: Aggregator, want: int,
-                   floor: float, chunk: int = 4096) -> list[Candidate]:
+                   floor: float, chunk: int = 4096, vectors: Optional[TextVectorSource] = None) -> list[Candidate]:
     """Exact cosine over listed texts, best first, checked until ``want`` pass."""
     if not ids or want <= 0:
         return []
+    read = vectors or store.text_vectors
     scored: list[tuple[float, int]] = []
     for start in range(0, len(ids), chunk):
         part = ids[start : start + chunk]
-        sims = store.text_vectors(part) @ vector
+        sims = read(part) @ vector
         scored += [(float(sims[i]), part[i]) for i in np.nonzero(sims >= floor)[0]]
     scored.sort(reverse=True)
     out: list[Candidate] = []
@@ -231,12 +239,13 @@ class GistRanker:
     def __init__(self, store: MemoryStore, catalog: TextCatalog) -> None:
         self._store = store
         self._catalog = catalog
-        self.keywords = KeywordIndex("gists_fts")
+        self.keywords = KeywordIndex("gists_fts", content="gists")
         self._by_layer: dict[str, tuple[int, frozenset[int]]] = {}
         self._by_layer_lock = threading.Lock()
         self._parsed: dict[int, Gist] = {}
         """Gists already read (rows are never updated, only inserted): JSON parsing is most of a read."""
         self._columns = _GistColumns()
+        self._vectors = _GistVectors()
 
     def layer_gists(self, conn: sqlite3.Connection, layer: str) -> frozenset[int]:
         """Ids of the gists that cover a layer, kept per layer and caught up with new gists.
@@ -303,25 +312,27 @@ class GistRanker:
         vector_hits: list[tuple[int, float]] = []
         if allowed is not None and len(allowed) <= EXACT_LIMIT:
             ids = sorted(allowed)
-            sims = _gist_vectors(conn, ids, self._store.dim) @ vector
+            sims = self._vectors.of(conn, ids, self._store.dim) @ vector
             vector_hits = [(ids[i], float(sims[i])) for i in np.argsort(-sims)[: want * 2]]
         elif len(index):
             k = max(2 * want, 32)
             labels, sims = index.search(vector, k, allowed=allowed.__contains__ if allowed is not None else None)
             vector_hits = list(zip(labels.tolist(), sims.tolist()))
         vector_hits = [(g, s) for g, s in vector_hits if s >= floor]
-        keyword_ids = [g for g in self.keywords.search(conn, query, KEYWORD_DEPTH if allowed else max(4 * want, 32))
-                       if allowed is None or g in allowed]
-        gists: dict[int, Optional[Gist]] = {}  # read only as far as the answer needs: a deep keyword list is mostly unused
+        # The keyword list is read lazily, as far as the answer needs: a deep list (KEYWORD_DEPTH under a
+        # filter) is mostly unused, and its second pass (any word, by BM25) costs most when it runs at all.
+        keyword_ids = (g for g in self.keywords.stream(conn, query, KEYWORD_DEPTH if allowed else max(4 * want, 32))
+                       if allowed is None or g in allowed)
+        gists: dict[int, Optional[Gist]] = {}
         self._read_gists(gists, [g for g, _ in vector_hits])
         keyword_list: list[Candidate] = []
         step = max(want, 16)
-        for start in range(0, len(keyword_ids), step):
-            part = keyword_ids[start : start + step]
+        while len(keyword_list) < want:
+            part = list(itertools.islice(keyword_ids, step))
+            if not part:
+                break
             self._read_gists(gists, part)
             keyword_list += [Candidate("gist", g, gist=gists[g]) for g in part if gists.get(g) is not None]
-            if len(keyword_list) >= want:
-                break
         vector_list = [Candidate("gist", g, similarity=s, gist=gists[g]) for g, s in vector_hits
                        if gists.get(g) is not None]
         return vector_list[:want], keyword_list[:want]
@@ -412,6 +423,62 @@ class _GistColumns:
             with np.errstate(invalid="ignore"):
                 keep &= ~np.isnan(cx) & ((cx - x) * (cx - x) + (cy - y) * (cy - y) <= reach * reach)
         return ids[keep]
+
+
+class _GistVectors:
+    """Every gist's embedding (zeros where it has none), by id, decoded once.
+
+    A filtered search scores up to EXACT_LIMIT gists exactly; decoding their
+    blobs from SQLite on every call cost more than the rest of the gist side.
+    Gists are only inserted (ids grow), so the matrix catches up by id; past
+    MAX_CACHED gists it is not kept and the blobs are read per call again.
+    """
+
+    MAX_CACHED = 20_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._top = 0
+        self._ids = np.empty(0, np.int64)
+        self._matrix: Optional[np.ndarray] = None
+
+    def of(self, conn: sqlite3.Connection, ids: list[int], dim: int) -> np.ndarray:
+        """``_gist_vectors(conn, ids, dim)``: the rows of ``ids`` (ascending), zeros for a missing embedding."""
+        top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM gists").fetchone()[0]
+        with self._lock:
+            if top > self._top and not self._catch_up(conn, top, dim):
+                return _gist_vectors(conn, ids, dim)
+            known, matrix = self._ids, self._matrix
+        if matrix is None or matrix.shape[1] != dim:
+            return _gist_vectors(conn, ids, dim)
+        wanted = np.asarray(ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(known, wanted), max(len(known) - 1, 0))
+        out = matrix[at] if len(known) else np.zeros((len(ids), dim), dtype=np.float32)
+        missing = known[at] != wanted if len(known) else np.zeros(len(ids), dtype=bool)
+        if missing.any():  # newer than this snapshot (another thread's catch-up is behind): zeros, like SQL
+            out[missing] = 0.0
+        return out
+
+    def _catch_up(self, conn: sqlite3.Connection, top: int, dim: int) -> bool:
+        """Read the gists added since; False (and nothing kept) when too many or a blob is malformed."""
+        if top > self.MAX_CACHED:
+            self._matrix = None
+            return False
+        rows = conn.execute("SELECT id, embedding FROM gists WHERE id > ? AND id <= ? ORDER BY id",
+                            (self._top, top)).fetchall()
+        new = np.zeros((len(rows), dim), dtype=np.float32)
+        try:
+            for i, (_, blob) in enumerate(rows):
+                if blob is not None:
+                    new[i] = codec.blob_to_vector(blob, dim)
+        except ValueError:
+            return False
+        old = self._matrix if self._matrix is not None and self._matrix.shape[1] == dim else \
+            np.zeros((0, dim), dtype=np.float32)
+        self._ids = np.concatenate([self._ids[: len(old)], np.asarray([r[0] for r in rows], dtype=np.int64)])
+        self._matrix = np.concatenate([old, new])
+        self._top = top
+        return True
 
 
 def _gist_vectors(conn: sqlite3.Connection, ids: list[int], dim: int) -> np.ndarray:

@@ -7,6 +7,7 @@ can refer back to them. Repeated sightings appear once with a count.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,6 +48,7 @@ def fmt_time(stamp: float, now: float) -> str:
 _YEAR_10000 = 253_402_300_799.0
 
 
+@functools.lru_cache(maxsize=8192)
 def _clock_of_day(stamp: float) -> str:
     """``datetime.fromtimestamp(stamp, utc).strftime('%H:%M:%S')`` without building a datetime.
 
@@ -77,7 +79,9 @@ def fmt_count(count: int, lower_bound: bool = False) -> str:
     return f"{count}+" if lower_bound else str(count)
 
 
+@functools.lru_cache(maxsize=8192)
 def quoted(text: str, limit: int = 240) -> str:
+    """The text on one line, in double quotes, cut at ``limit`` (remembered: answers quote the same texts)."""
     text = " ".join(text.split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
