@@ -165,3 +165,24 @@ def test_the_issue_examples_get_the_validation_sentence(memory):
         memory.spatial_query(x=1, y=1, radius=1e308)
     with pytest.raises(EmemError, match="'n_results' must be a whole number"):
         memory.semantic_search(query="mug", n_results=2**64)
+
+
+def test_typed_calls_on_the_unbound_fast_path_are_checked_too(tmp_path):
+    """Tools without a cache policy skip argument binding; they must still check arguments and gate questions."""
+    config = MemoryConfig(db_path=str(tmp_path / "m.db"), flush_interval=0.0, index_save_interval=0.0)
+    with Memory(config=config, embedding_provider=HashingEmbeddingProvider()) as memory:
+        assert memory.tools.get("body_status").cache is None  # the fast path applies to it
+        memory.add("red mug", x=1.0, y=2.0, layer_name="detections", source_type="perception")
+        with pytest.raises(EmemError, match="'below' must be at most"):
+            memory.body_status(below=1e308)
+        asked = []
+        gate = memory.engine.questions
+        original = gate.asking
+
+        def counting():
+            asked.append(1)
+            return original()
+
+        gate.asking = counting
+        assert "red mug" in str(memory.get_current_context())
+        assert asked == [1]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.tools.env import ToolEnv
@@ -66,16 +66,26 @@ class MemoryTools:
         if tool is None:
             raise InvalidInputError(f"there is no tool named {name!r}; tools: {', '.join(self._defs)}")
         if not args and (self.cache is None or tool.cache is None) and _binds(tool, kwargs):
-            return self._noted(tool.run(self.env, **kwargs))  # what binding would pass, without building it
+            # what binding would pass, without building it: the same check and gate as below
+            checked = self._checked(name, tool, kwargs)
+            if tool.kind != "query":
+                return self._noted(tool.run(self.env, **checked))
+            with self.env.engine.questions.asking():
+                return self._noted(tool.run(self.env, **checked))
         bound = tool.signature.bind(*args, **kwargs)  # a TypeError names the bad argument
-        try:  # every argument against its schema, once, here: no bad number reaches SQLite or a printout
-            bound.arguments.update(checked_arguments(name, bound.arguments, tool.properties, tool.time_params))
-        except ToolCallError as exc:
-            raise InvalidInputError(str(exc)) from None
+        # every argument against its schema, once, here: no bad number reaches SQLite or a printout
+        bound.arguments.update(self._checked(name, tool, bound.arguments))
         if tool.kind != "query":
             return self._noted(self._run(tool, bound))
         with self.env.engine.questions.asking():  # writers wait while a question is answered
             return self._noted(self._run(tool, bound))
+
+    @staticmethod
+    def _checked(name: str, tool: ToolDef, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return checked_arguments(name, arguments, tool.properties, tool.time_params)
+        except ToolCallError as exc:
+            raise InvalidInputError(str(exc)) from None
 
     def _run(self, tool: ToolDef, bound: inspect.BoundArguments) -> Any:
         if self.cache is not None and tool.cache is not None:
