@@ -91,7 +91,7 @@ def child(backend: str, quick: bool, out_dir: Path) -> dict[str, Any]:
     result["query_p50_ms"] = latencies[len(latencies) // 2]
     result["query_p95_ms"] = latencies[int(len(latencies) * 0.95)]
     result["rss_mb"], result["peak_rss_mb"] = _rss_mb()
-    data = retrieval_set(events=1000, questions=200, fillers=500) if quick else retrieval_set()
+    data = retrieval_set()
     np.save(out_dir / f"{backend}-corpus.npy", provider.embed(data.corpus))
     np.save(out_dir / f"{backend}-questions.npy", provider.embed(data.questions))
     np.save(out_dir / f"{backend}-agreement.npy", provider.embed(robot_texts(300)))
@@ -148,7 +148,7 @@ def main() -> None:
 
     from test.support.robot_texts import retrieval_set
 
-    data = retrieval_set(events=1000, questions=200, fillers=500) if args.quick else retrieval_set()
+    data = retrieval_set()
     load_before = open("/proc/loadavg").read().split()[:3]
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:

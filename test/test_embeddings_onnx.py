@@ -75,7 +75,7 @@ def test_float_and_int8_vectors_agree_with_sentence_transformers(onnx_dir, texts
 
 
 def test_int8_recall_at_10_within_one_point_of_float(onnx_dir):
-    data = retrieval_set(events=1000, questions=200, fillers=500)
+    data = retrieval_set()  # the set bench_embeddings.py reports on: 3,000 texts, 300 questions
 
     def recall(provider: OnnxEmbeddingProvider) -> float:
         corpus = provider.embed(data.corpus)
@@ -85,7 +85,7 @@ def test_int8_recall_at_10_within_one_point_of_float(onnx_dir):
     float_recall = recall(OnnxEmbeddingProvider(cache_dir=onnx_dir))
     int8_recall = recall(OnnxEmbeddingProvider(int8=True, cache_dir=onnx_dir))
     print(f"recall@10: float {float_recall:.3f}, int8 {int8_recall:.3f}")
-    assert float_recall > 0.5  # the set is answerable: recall measures the model, not noise
+    assert 0.5 < float_recall < 0.99  # answerable, yet hard enough that a worse model would show
     assert int8_recall >= float_recall - 0.01
 
 
@@ -114,6 +114,38 @@ def test_node_memory_and_cli_never_import_torch(onnx_dir, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False OnnxEmbeddingProvider 0", done.stdout
     assert "coffee mug" in done.stdout
+
+
+NODE_SCRIPT = """
+import sys
+from test.support import fake_rclpy
+from test.support.fake_rclpy import Parameter
+from test.support.ros_messages import InterfaceFactory
+MAKE = InterfaceFactory()
+values = {"db_path": sys.argv[1], "embedding.backend": "onnx", "flush_interval": 0.0, "index_save_interval": 0.0,
+          "layer_names": ["scene"], "layers.scene.topic": "/scene", "layers.scene.msg_type": "std_msgs/msg/String"}
+with fake_rclpy.installed(MAKE) as module:
+    node = module.MemoryNode(parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+    node.trigger("configure"), node.trigger("activate")
+    scene = next(e for e in node.entities if e.kind == "subscription" and e.name == "/scene")
+    scene.callback(MAKE("std_msgs/msg/String", data="a person waving by the door"))
+    search = next(e for e in node.entities if e.kind == "service" and e.name == "~/semantic_search")
+    answer = search.callback(MAKE.request("SemanticSearch", query="someone greeting"), MAKE.response("SemanticSearch"))
+    hit = answer.hits[0].text
+    node.release()
+    node.destroy_node()
+print("torch" in sys.modules, hit)
+"""
+
+
+def test_the_node_never_imports_torch(onnx_dir, tmp_path):
+    """node.py on the stand-in rclpy (test/support/fake_rclpy.py), embedding.backend onnx, in a fresh process."""
+    pytest.importorskip("rosbags.typesys")
+    env = {**os.environ, "EMEM_ROS_ONNX_DIR": str(onnx_dir)}
+    done = subprocess.run([sys.executable, "-c", NODE_SCRIPT, str(tmp_path / "m.db")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False a person waving by the door", done.stdout
 
 
 def _corrupt(path: Path) -> None:
@@ -159,6 +191,16 @@ def test_unknown_backend_or_model_is_a_clear_error():
     assert (params.embedding_backend, params.embedding_model) == ("onnx", "all-MiniLM-L6-v2-int8")
     assert make_embedder("onnx", params.embedding_model).int8  # type: ignore[attr-defined]
     assert parse_params({}).embedding_backend == "onnx"  # auto, with onnxruntime installed
+
+
+def test_auto_falls_back_to_sentence_transformers_without_onnxruntime(monkeypatch):
+    from emem_ros.embeddings import onnx_provider
+    from emem_ros.embeddings.sentence_transformer import SentenceTransformerProvider
+
+    monkeypatch.setattr(onnx_provider, "onnx_runtime_available", lambda: False)
+    assert parse_params({}).embedding_backend == "sentence_transformers"
+    assert isinstance(make_embedder("auto"), SentenceTransformerProvider)
+    assert isinstance(provider_for_stored_model("all-MiniLM-L6-v2"), SentenceTransformerProvider)
 
 
 class CountingProvider:

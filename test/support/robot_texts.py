@@ -8,8 +8,9 @@ give the same vectors.
 ``retrieval_set()`` imitates LoCoMo's long-memory QA: days of events in a home
 told to or seen by a robot ("Tuesday 09:14: Carla left the blue umbrella by the
 front door in the hallway"), each one asked about later in other words ("Where
-did Carla leave her blue umbrella?"), among many near-misses that share the
-person, the object or the place. Recall@10 = share of questions whose event is
+is Carla's blue brolly?", "What did Carla leave by the front door in the hallway
+on Tuesday?"), among many near-misses that share the person, the object, the
+colour or the place. Recall@10 = share of questions whose event is
 among the 10 nearest texts. Same seed, same set, on any machine.
 """
 
@@ -37,11 +38,18 @@ EVENT_FORMS = [
     "The robot saw {person} in the {room} on {day} around {time}; they {verb} a {colour} {obj} {spot}.",
     "{person}: \"I {verb} my {colour} {obj} {spot} in the {room}\" ({day}, {time}).",
 ]
+SYNONYMS = {"mug": "cup", "umbrella": "brolly", "laptop": "computer", "backpack": "rucksack", "toolbox": "tool case",
+            "book": "novel", "phone": "mobile", "scarf": "shawl", "water bottle": "flask", "remote": "TV controller",
+            "keys": "key ring", "glasses": "spectacles", "charger": "power adapter", "drill": "power drill",
+            "notebook": "notepad", "headphones": "earphones", "wallet": "purse", "lunch box": "food container",
+            "vase": "flower pot", "lamp": "light"}
 QUESTION_FORMS = [
     "Where did {person} {ask} the {colour} {obj}?",
-    "Which room did {person} {ask} their {colour} {obj} in?",
-    "Where is {person}'s {colour} {obj}?",
+    "Which room did {person} {ask} their {colour} {synonym} in?",
+    "Where is {person}'s {colour} {synonym}?",
     "On which day did {person} {ask} the {colour} {obj} {spot}?",
+    "What did {person} {ask} {spot} in the {room} on {day}?",
+    "Who {verb} a {colour} {synonym} in the {room}?",
 ]
 
 
@@ -64,7 +72,7 @@ def retrieval_set(events: int = 2000, questions: int = 300, fillers: int = 1000,
     facts: list[dict[str, str]] = []
     for person, colour, obj in combos[:events]:
         verb, ask = rng.choice(VERBS)
-        fact = {"person": person, "colour": colour, "obj": obj, "verb": verb, "ask": ask,
+        fact = {"person": person, "colour": colour, "obj": obj, "synonym": SYNONYMS[obj], "verb": verb, "ask": ask,
                 "spot": rng.choice(SPOTS), "room": rng.choice(ROOMS), "day": rng.choice(DAYS),
                 "time": f"{rng.randrange(6, 23):02d}:{rng.randrange(60):02d}"}
         facts.append(fact)
