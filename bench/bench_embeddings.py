@@ -16,6 +16,7 @@ the ONNX ones can show that torch was never imported), with 2 threads:
     python bench/bench_embeddings.py            # full (~5 min on 2 idle cores)
     python bench/bench_embeddings.py --quick    # smaller sets
     python bench/bench_embeddings.py --save     # also write bench/results/embeddings-<date>.txt
+    python bench/bench_embeddings.py --interleaved  # throughput/latency only, backends taking turns
 
 The ONNX files are taken from (or exported into) the user cache folder.
 """
@@ -118,6 +119,39 @@ def node_child(backend: str, quick: bool) -> dict[str, Any]:
     return {"node_rss_mb": rss, "node_peak_rss_mb": peak, "node_torch_imported": torch_imported}
 
 
+def interleaved(quick: bool) -> list[str]:
+    """All three backends in one process, taking turns on the same texts: fair ratios on a shared machine
+    whose load moves between sequential runs (RSS is not measured here: torch is loaded)."""
+    from test.support.robot_texts import robot_texts
+
+    providers = {backend: _provider(backend) for backend in BACKENDS}
+    for provider in providers.values():
+        provider.embed(["warm up"])
+    texts = robot_texts(200 if quick else 500, seed=3)
+    queries = robot_texts(60 if quick else 200, seed=4)
+    passes: dict[str, list[float]] = {b: [] for b in BACKENDS}
+    latencies: dict[str, list[float]] = {b: [] for b in BACKENDS}
+    for _ in range(3):
+        for backend, provider in providers.items():
+            started = time.perf_counter()
+            provider.embed(texts)
+            passes[backend].append(time.perf_counter() - started)
+    for query in queries:
+        for backend, provider in providers.items():
+            started = time.perf_counter()
+            provider.embed([query])
+            latencies[backend].append((time.perf_counter() - started) * 1000)
+    base = len(texts) / statistics.median(passes["torch"])
+    lines = [f"interleaved ({len(texts)} texts x 3 passes, {len(queries)} queries, turns taken): "
+             f"{'backend':<10} {'texts/s':>8} {'x torch':>8} {'q p50 ms':>9} {'q p95 ms':>9}"]
+    for backend in BACKENDS:
+        rate = len(texts) / statistics.median(passes[backend])
+        ordered = sorted(latencies[backend])
+        lines.append(f"{'':<71}{backend:<10} {rate:>8.1f} {rate / base:>8.2f} {ordered[len(ordered) // 2]:>9.2f} "
+                     f"{ordered[int(len(ordered) * 0.95)]:>9.2f}")
+    return lines
+
+
 def run_child(args: list[str]) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=3600)
@@ -138,7 +172,18 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--node", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--interleaved", action="store_true",
+                        help="only the turn-taking throughput/latency comparison (one process, all backends)")
     args = parser.parse_args()
+    if args.interleaved:
+        lines = interleaved(args.quick)
+        lines.append(f"load average {' '.join(open('/proc/loadavg').read().split()[:3])}; threads {THREADS}")
+        print("\n".join(lines))
+        if args.save:
+            from engines import save_results
+
+            save_results("embeddings-interleaved", lines, quick=args.quick)
+        return
     if args.child:
         result = node_child(args.child, args.quick) if args.node else child(args.child, args.quick, args.out)
         print(json.dumps(result))
