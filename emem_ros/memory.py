@@ -43,9 +43,10 @@ from emem_ros.tools.specs import TOOL_SPECS
 
 
 def default_embedding_provider() -> EmbeddingProvider:
-    from emem_ros.embeddings.sentence_transformer import SentenceTransformerProvider
+    """The bundled all-MiniLM-L6-v2: on ONNX Runtime where it is installed, else sentence-transformers."""
+    from emem_ros.embeddings.factory import make_embedder
 
-    return SentenceTransformerProvider()
+    return make_embedder("auto")
 
 
 class Memory:

@@ -46,8 +46,9 @@ def test_defaults_parse_to_a_node_without_layers():
     assert isinstance(params, NodeParams)
     assert params.layers == []
     assert params.memory == MemoryConfig()
-    assert (params.odom_topic, params.embedding_backend, params.llm_backend) == ("/odom", "sentence_transformers",
-                                                                                 "none")
+    from emem_ros.embeddings.factory import default_backend
+
+    assert (params.odom_topic, params.embedding_backend, params.llm_backend) == ("/odom", default_backend(), "none")
     assert params.embedding_model == "all-MiniLM-L6-v2"
 
 

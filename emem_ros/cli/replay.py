@@ -12,7 +12,7 @@ from typing import Any, Optional
 from emem_ros.core.errors import EmemError
 
 DEFAULT_PARAMS = Path("config") / "memory.yaml"
-EMBEDDING_CHOICES = ("sentence_transformers", "ollama", "hashing")
+EMBEDDING_CHOICES = ("auto", "onnx", "sentence_transformers", "ollama", "hashing")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,9 +82,13 @@ def with_embedding(params: Any, backend: Optional[str], model: Optional[str]) ->
     from emem_ros.ros.params import DEFAULT_ST_MODEL, ParamError
 
     backend = backend or params.embedding_backend
+    if backend == "auto":
+        from emem_ros.embeddings.factory import default_backend
+
+        backend = default_backend()
     if model is None:
         model = params.embedding_model if backend == params.embedding_backend else ""
-    if backend == "sentence_transformers" and not model:
+    if backend in ("onnx", "sentence_transformers") and not model:
         model = DEFAULT_ST_MODEL
     if backend == "ollama" and not model:
         raise ParamError("--embedding ollama needs --embedding-model (e.g. nomic-embed-text)")

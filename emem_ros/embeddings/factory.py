@@ -12,12 +12,29 @@ from typing import Optional
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.embeddings.base import EmbeddingProvider
 
-BACKENDS = ("sentence_transformers", "ollama", "hashing")
+BACKENDS = ("auto", "onnx", "sentence_transformers", "ollama", "hashing")
 DEFAULT_HASHING_DIM = 384
+MINILM = "all-MiniLM-L6-v2"
+ONNX_MODELS = ("", MINILM, MINILM + "-int8")
+"""What ``embedding.model`` may say for the onnx backend: the bundled MiniLM, float or int8."""
+
+
+def default_backend() -> str:
+    """'onnx' where onnxruntime and tokenizers are installed (no torch in the process), else sentence_transformers."""
+    from emem_ros.embeddings.onnx_provider import onnx_runtime_available
+
+    return "onnx" if onnx_runtime_available() else "sentence_transformers"
 
 
 def make_embedder(backend: str, model: str = "", host: Optional[str] = None) -> EmbeddingProvider:
     """A provider for ``embedding.backend`` / ``embedding.model``; nothing is loaded yet."""
+    if backend == "auto":
+        backend = default_backend()
+    if backend == "onnx":
+        from emem_ros.embeddings.onnx_provider import OnnxEmbeddingProvider
+
+        check_onnx_model(model)
+        return OnnxEmbeddingProvider(int8=model.endswith("-int8"))
     if backend == "sentence_transformers":
         from emem_ros.embeddings.sentence_transformer import SentenceTransformerProvider
 
@@ -40,7 +57,16 @@ def provider_for_stored_model(name: str, host: Optional[str] = None) -> Embeddin
         return make_embedder("hashing", name)
     if name.startswith("ollama:"):
         return make_embedder("ollama", name[len("ollama:"):], host)
+    if name == MINILM:  # the torch and onnx backends give the same vectors (cosine >= 0.99)
+        return make_embedder("auto", name)
     return make_embedder("sentence_transformers", name)
+
+
+def check_onnx_model(model: str) -> None:
+    if model.strip() not in ONNX_MODELS:
+        raise InvalidInputError(
+            f"the onnx embedding backend runs the bundled {MINILM} only: embedding.model must be '', "
+            f"'{MINILM}' or '{MINILM}-int8' (quantised), got {model!r}; use sentence_transformers for other models")
 
 
 def _hashing_dim(model: str) -> int:

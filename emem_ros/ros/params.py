@@ -42,7 +42,7 @@ __all__ = [
     "RELIABILITIES",
 ]
 
-EMBEDDING_BACKENDS = ("sentence_transformers", "ollama", "hashing")
+EMBEDDING_BACKENDS = ("auto", "onnx", "sentence_transformers", "ollama", "hashing")
 LLM_BACKENDS = ("none", "ollama")
 RELIABILITIES = ("reliable", "best_effort")
 DEFAULT_ST_MODEL = "all-MiniLM-L6-v2"
@@ -101,8 +101,9 @@ class NodeParams:
     odom_max_extrapolation: float = 0.5
     odom_max_gap: float = 5.0
     embedding_backend: str = "sentence_transformers"
+    """Resolved backend ('auto' is resolved when parsing)."""
     embedding_model: str = DEFAULT_ST_MODEL
-    """Resolved model name (never empty for sentence_transformers / ollama)."""
+    """Resolved model name (never empty for onnx / sentence_transformers / ollama)."""
     ollama_host: str = ""
     llm_backend: str = "none"
     llm_model: str = ""
@@ -151,10 +152,12 @@ _NODE_PARAMS: tuple[_Param, ...] = (
            "Seconds a stamp may lie outside the odometry history and still take the nearest pose."),
     _Param("odom_max_gap", 5.0, "DOUBLE",
            "Odometry gaps longer than this are not interpolated across (nearest pose or none)."),
-    _Param("embedding.backend", "sentence_transformers", "STRING",
-           "Embedding backend: sentence_transformers, ollama or hashing (tests only)."),
+    _Param("embedding.backend", "auto", "STRING",
+           "Embedding backend: auto (onnx if onnxruntime is installed, else sentence_transformers), onnx, "
+           "sentence_transformers, ollama or hashing (tests only)."),
     _Param("embedding.model", "", "STRING",
-           "Embedding model name or path; '' = all-MiniLM-L6-v2 for sentence_transformers (required for ollama)."),
+           "Embedding model name or path; '' = all-MiniLM-L6-v2 (onnx: also all-MiniLM-L6-v2-int8; "
+           "required for ollama)."),
     _Param("ollama_host", "", "STRING",
            "Ollama server URL for embeddings and summaries; '' = OLLAMA_HOST or http://127.0.0.1:11434."),
     _Param("llm.backend", "none", "STRING",
@@ -527,6 +530,18 @@ def _parse_embedding(backend: str, model: str) -> tuple[str, str]:
     backend, model = backend.strip(), model.strip()
     if backend not in EMBEDDING_BACKENDS:
         raise ParamError(f"embedding.backend must be one of {', '.join(EMBEDDING_BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        from emem_ros.embeddings.factory import default_backend
+
+        backend = default_backend()
+    if backend == "onnx":
+        from emem_ros.embeddings.factory import check_onnx_model
+
+        try:
+            check_onnx_model(model)
+        except InvalidInputError as exc:
+            raise ParamError(str(exc)) from exc
+        model = model or DEFAULT_ST_MODEL
     if backend == "sentence_transformers" and not model:
         model = DEFAULT_ST_MODEL
     if backend == "ollama" and not model:
