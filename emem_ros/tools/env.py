@@ -33,6 +33,8 @@ class ToolEnv:
         """Rows left the hot tables or arrived out of order: the per-text catalog is rebuilt on next use."""
         if commit.reshaped:
             self.catalog.invalidate()
+        if commit.rewritten:
+            self.gists.reset()
 
     @property
     def config(self) -> MemoryConfig:
