@@ -69,7 +69,10 @@ class Memory:
         try:
             self._cache = QueryCache.for_engine(self.engine)
             env = AgentEnv(self.engine, ledger=lambda: self.ledger, cache=self._cache)
-            self.tools = MemoryTools(env, (*TOOL_SPECS, *AGENT_TOOLS), self._cache)
+            env.forget = self.forget
+            agent_tools = tuple(replace(t, llm=True) if t.name == "forget" and config.allow_llm_forget else t
+                                for t in AGENT_TOOLS)
+            self.tools = MemoryTools(env, (*TOOL_SPECS, *agent_tools), self._cache)
             self._consolidation = ConsolidationService(self.engine, llm_client)
             self.engine.on_episode_end(self._consolidation.on_episode_end)
         except BaseException:  # a failed open must not leave threads, files or the process lock behind
