@@ -34,6 +34,7 @@ from emem_ros.core.types import Observation, Position
 from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine import Engine, EpisodeHook
 from emem_ros.forgetting import ForgetReport, Forgetter, make_selector
+from emem_ros.forgetting.retention import apply_retention, has_policies
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.storage.store import MemoryStore, NewObservation, WriteReport
 from emem_ros.tools.api import MemoryTools
@@ -74,6 +75,8 @@ class Memory:
                                 for t in AGENT_TOOLS)
             self.tools = MemoryTools(env, (*TOOL_SPECS, *agent_tools), self._cache)
             self._consolidation = ConsolidationService(self.engine, llm_client)
+            if has_policies(config):
+                self._consolidation.retention = self._apply_retention
             self.engine.on_episode_end(self._consolidation.on_episode_end)
         except BaseException:  # a failed open must not leave threads, files or the process lock behind
             self.engine.close()
@@ -321,6 +324,13 @@ class Memory:
         if worker.in_worker():
             return job(None)
         return worker.submit("forget", job).result(timeout)
+
+    def _apply_retention(self) -> Optional[ForgetReport]:
+        """On the consolidation worker (maintenance): forget what the retention policies say is too old."""
+        report = apply_retention(self.engine, self._consolidation.cold)
+        if report is not None and report.forget_id is not None:
+            self._forget_memos()
+        return report
 
     def forget_log(self, limit: int = 0) -> list[Any]:
         """The audit trail: every forget and retention run (never what was forgotten)."""

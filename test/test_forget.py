@@ -153,3 +153,32 @@ def test_cli_forget_dry_run_forget_and_forget_log(make_memory, clock, tmp_path, 
     assert main(["forget-log", db, "--json"]) == 0
     entry = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert entry["who"].startswith("cli:") and sorted(entry["ids"]) == sorted(ids["jacket"])
+
+
+def test_retention_forgets_old_layers_and_old_people_in_maintenance(make_memory, clock):
+    memory = make_memory(retention_max_age={"scene": 3600.0},
+                         retention_rules=[{"match": "person|man|woman", "max_age": 600.0}])
+    now = clock.now
+    old_scene = memory.add("a kitchen with a table", x=1.0, y=1.0, timestamp=now - 7200, layer_name="scene")
+    new_scene = memory.add("a kitchen with a sofa", x=1.0, y=1.0, timestamp=now - 60, layer_name="scene")
+    old_man = memory.add("a man", x=2.0, y=2.0, timestamp=now - 1200, layer_name="detections")
+    new_man = memory.add("a man", x=2.0, y=2.0, timestamp=now - 60, layer_name="detections")
+    woman = memory.add("a woman waving", x=2.0, y=2.0, timestamp=now - 900, layer_name="detections")
+    mug = memory.add("a mug", x=3.0, y=3.0, timestamp=now - 7200, layer_name="detections")
+    memory.record_experience("helped a woman with the door", result="ok", timestamp=now - 1000)
+    memory.record_experience("helped a man just now", result="ok")
+    memory.flush()
+    report = memory.maintenance().retention
+    assert sorted(report.ids) == sorted([old_scene, old_man, woman]) and report.experiences_redacted == 1
+    left = {r[0] for r in memory.store.reader().execute("SELECT id FROM observations")}
+    assert {f"obs-{i}" for i in left} == {new_scene, new_man, mug}
+    assert memory.maintenance().retention.forget_id is None  # nothing more to forget: no audit row
+    entry = memory.forget_log()[-1]
+    assert (entry.kind, entry.who) == ("retention", "retention") and "woman" not in json.dumps(entry.selector)
+
+
+def test_bad_retention_settings_are_refused(make_memory):
+    with pytest.raises(InvalidInputError, match="retention_rules"):
+        make_memory(retention_rules=[{"words": "man", "max_age": 1}])
+    with pytest.raises(InvalidInputError, match="retention_max_age"):
+        make_memory(retention_max_age={"scene": -5})

@@ -204,9 +204,12 @@ class Eraser:
                 self.store.announce(removed_texts=dead, removed_places=removed, reshaped=bool(dead))
 
     # ------------------------------------------------------------------ gists
-    def gists(self, selector: Optional["Selector"]) -> None:
-        """Re-summarise touched gists from what remains, remove empty ones, and ones still quoting the words."""
-        touched = set(self.erased.gists)
+    def gists(self, selector: Optional["Selector"], touched_only: bool = False) -> None:
+        """Re-summarise touched gists from what remains, remove empty ones, and ones still quoting the words.
+
+        ``touched_only``: the gists the deleted rows fed were handled already (an earlier selector of the run).
+        """
+        touched = set() if touched_only else set(self.erased.gists)
         if selector is not None and selector.pattern is not None:
             touched |= self._quoting("gists", "text", selector)
         writer = SummaryWriter(None)

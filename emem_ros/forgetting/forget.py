@@ -111,6 +111,11 @@ class Forgetter:
 
     def forget(self, selector: Selector, *, reason: str = "", who: Optional[str] = None, dry_run: bool = False,
                kind: str = "forget") -> ForgetReport:
+        return self.forget_many([selector], reason=reason, who=who, dry_run=dry_run, kind=kind)
+
+    def forget_many(self, selectors: list[Selector], *, reason: str = "", who: Optional[str] = None,
+                    dry_run: bool = False, kind: str = "forget", skip_if_empty: bool = False) -> ForgetReport:
+        """What any of the selectors names, in one pass (one audit row, one scrub of the files)."""
         started = time.perf_counter()
         engine = self.engine
         store = engine.store
@@ -119,15 +124,23 @@ class Forgetter:
             raise EmemError(f"{waiting} observation(s) could not be stored yet; forget refuses to run while they "
                             "wait (they would be written after it). Try again when storing works.")
         store.apply_deferred()
-        selection = select(engine, store.reader(), selector, self.cold)
-        experiences = matching_experiences(store, selector)
+        selection = Selection()
+        experiences: dict[int, str] = {}
+        for selector in selectors:
+            part = select(engine, store.reader(), selector, self.cold)
+            selection.observations |= part.observations
+            selection.texts |= part.texts
+            selection.entities |= part.entities
+            selection.cold |= part.cold
+            experiences.update(matching_experiences(store, selector))
         report = ForgetReport(dry_run=dry_run, observations=len(selection.observations),
                               archived=len(selection.cold), texts=len(selection.texts),
                               experiences_redacted=len(experiences),
                               ids=[f"obs-{i}" for i in sorted(selection.observations)])
-        dead_letter_hits = self._dead_letters(selector, selection, dry=True)
-        report.dead_letters = dead_letter_hits
-        if dry_run:
+        report.dead_letters = self._dead_letters(selectors, selection, dry=True)
+        nothing = not (selection.observations or selection.entities or selection.cold or experiences
+                       or report.dead_letters or self._orphans(selection.texts))
+        if dry_run or (skip_if_empty and nothing):
             report.seconds = time.perf_counter() - started
             return report
         erased = Erased()
@@ -135,22 +148,24 @@ class Forgetter:
         eraser.observations(sorted(selection.observations), self.batch)
         if selection.texts:
             eraser.orphan_texts(sorted(selection.texts))
-        eraser.gists(selector)
-        eraser.entities(selection.entities, selector)
-        eraser.episodes(selector)
+        for n, selector in enumerate(selectors):
+            eraser.gists(selector, touched_only=n > 0)
+            eraser.entities(selection.entities if n == 0 else set(), selector)
+            eraser.episodes(selector)
         now = engine.now()
         timer = scrub.LockTimer()
         timer.held("batches", erased.longest_lock)
         if experiences:
-            self._redact(experiences, now, timer)
+            self._redact(sorted(experiences.items()), now, timer)
         if self.cold is not None and selection.cold:
             report.cold_records = scrub.rewrite_cold(self.cold, selection.cold)
-        report.dead_letters = self._dead_letters(selector, selection, dry=False)
+        report.dead_letters = self._dead_letters(selectors, selection, dry=False)
         for name in ("observations", "texts", "places_removed", "places_updated", "edges", "gists_removed",
                      "gists_resummarised", "entities_removed", "entities_updated", "episodes_scrubbed"):
             setattr(report, name, getattr(erased, name))
         report.transactions = erased.transactions
-        report.forget_id = self._audit(report, selector, reason, who, kind, now, timer)
+        described = selectors[0].describe() if len(selectors) == 1 else {"any_of": [s.describe() for s in selectors]}
+        report.forget_id = self._audit(report, described, reason, who, kind, now, timer)
         scrub_started = time.perf_counter()
         self._scrub(report, timer, vectors=bool(erased.texts or erased.gists_removed or erased.gists_resummarised
                                                 or erased.entities_removed or erased.episodes_scrubbed
@@ -162,14 +177,21 @@ class Forgetter:
         return report
 
     # ------------------------------------------------------------------ parts
-    def _dead_letters(self, selector: Selector, selection: Selection, dry: bool) -> int:
+    def _orphans(self, text_ids: set[int]) -> bool:
+        """Whether a named text is left that no observation refers to (it goes too)."""
+        conn = self.engine.store.reader()
+        return any(conn.execute("SELECT 1 FROM observations WHERE text_id=? LIMIT 1", (t,)).fetchone() is None
+                   for t in text_ids)
+
+    def _dead_letters(self, selectors: list[Selector], selection: Selection, dry: bool) -> int:
         path = self.engine.dead_letter_path
 
         def keep(record: dict[str, Any]) -> bool:
             number = scrub.dead_letter_number(record)
             if number is not None and number in selection.observations:
                 return False
-            return not record_selected(record, selector, stamp_key="timestamp", layer_key="layer_name")
+            return not any(record_selected(record, s, stamp_key="timestamp", layer_key="layer_name")
+                           for s in selectors)
 
         if dry:
             from emem_ros.ingest.dead_letter import read_dead_letters
@@ -192,14 +214,14 @@ class Forgetter:
             index = store.vectors["experiences"]
             store.update_index("experiences", lambda part=part: index.remove([n for n, _ in part]))
 
-    def _audit(self, report: ForgetReport, selector: Selector, reason: str, who: Optional[str], kind: str,
+    def _audit(self, report: ForgetReport, described: dict[str, Any], reason: str, who: Optional[str], kind: str,
                now: float, timer: scrub.LockTimer) -> int:
         store = self.engine.store
         with store.write_lock:
             began = time.perf_counter()
             with store.write() as conn:
                 forget_id = audit.record(conn, at=now, who=who or default_who(), reason=reason or "", kind=kind,
-                                         selector=selector.describe(), counts=report.counts(), ids=report.ids)
+                                         selector=described, counts=report.counts(), ids=report.ids)
                 if report.experiences_redacted:
                     conn.execute("UPDATE redactions SET forget_id=? WHERE forget_id IS NULL", (forget_id,))
             timer.held("audit", time.perf_counter() - began)
