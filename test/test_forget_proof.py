@@ -193,3 +193,40 @@ def test_a_forgotten_canary_is_in_no_file_after_forget_rebuild_reopen_and_export
 
 def memory_counts_after(report, before_total: int) -> int:
     return before_total - report.observations
+
+
+def test_a_canary_replayed_from_a_bag_is_forgotten_from_every_file(tmp_path, clock):
+    pytest.importorskip("rosbags")
+    from emem_ros.ros.intake import IntakeConfig
+    from emem_ros.ros.params import LayerSpec, NodeParams
+    from emem_ros.replay import ReplayOptions, replay_bag
+    from test.support.bags import BagBuilder
+
+    builder = BagBuilder()
+    builder.topic("/odom", "nav_msgs/msg/Odometry")
+    builder.topic("/scene", "std_msgs/msg/String")
+    for i in range(101):
+        builder.add("/odom", i / 10, builder.odometry(i / 10, i / 100, 0.0))
+    for i in range(10):
+        builder.add("/scene", i + 0.05, builder.string(CANARY if i % 3 == 0 else f"a hallway with door {i}"))
+    bag = builder.write(tmp_path / "bag")
+    db = tmp_path / "replayed.db"
+    memory_config = MemoryConfig(db_path="unused.db", flush_interval=0.0, index_save_interval=0.0,
+                                 log_segment_bytes=4096)
+    params = NodeParams(memory=memory_config, embedding_backend="hashing", embedding_model="",
+                        consolidation_period=0.0,
+                        layers=[LayerSpec(name="scene", topic="/scene", msg_type="std_msgs/msg/String",
+                                          intake=IntakeConfig())])
+    replay_bag(bag, params, ReplayOptions(db_path=str(db), progress=False))
+    needles = [CANARY.encode(), UNIQUE]
+    assert holders(db, needles), "the replay stored the canary"
+    memory = Memory(config=_config(db), embedding_provider=HashingEmbeddingProvider(), get_current_time=clock)
+    try:
+        door = memory.semantic_search("hallway with door 4", n_results=3)
+        assert memory.forget(match="qzxcanary4711").observations >= 4
+        assert holders(db, needles) == {}
+        assert memory.semantic_search("hallway with door 4", n_results=3) == door
+    finally:
+        memory.close()
+    rebuild_from_log(db, keep_old=False)
+    assert holders(db, needles) == {}
