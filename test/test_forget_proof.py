@@ -56,7 +56,7 @@ def readable_bytes(path: Path) -> bytes:
     if path.name.endswith(".gz"):
         data += gzip.decompress(data) if data else b""
     if path.suffix == ".seg" and data[:8] in DECODERS:
-        for seq, magic, payload, _ in iter_payloads(path.parent):
+        for _seq, magic, payload, _pos in iter_payloads(path.parent):
             data += repr(decode(payload, magic)).encode()
             for _sql, params, _many in decode(payload, magic):
                 rows = params if _many else [params]
@@ -197,9 +197,9 @@ def memory_counts_after(report, before_total: int) -> int:
 
 def test_a_canary_replayed_from_a_bag_is_forgotten_from_every_file(tmp_path, clock):
     pytest.importorskip("rosbags")
+    from emem_ros.replay import ReplayOptions, replay_bag
     from emem_ros.ros.intake import IntakeConfig
     from emem_ros.ros.params import LayerSpec, NodeParams
-    from emem_ros.replay import ReplayOptions, replay_bag
     from test.support.bags import BagBuilder
 
     builder = BagBuilder()

@@ -13,10 +13,10 @@ from typing import Any, Callable, Optional
 from emem_ros.agent.ledger import ExperienceLedger
 from emem_ros.agent.results import ExperienceHit, ExperienceSearchResult, RecordResult
 from emem_ros.agent.stats import MemoryStats, collect_stats
-from emem_ros.forgetting.tool import FORGET_TOOL
 from emem_ros.core.errors import InvalidInputError, UnknownNodeError
 from emem_ros.core.numbers import is_finite_number
 from emem_ros.engine import Engine
+from emem_ros.forgetting.tool import FORGET_TOOL
 from emem_ros.tools import scopes as sc
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.query_cache import QueryCache

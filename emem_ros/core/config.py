@@ -165,9 +165,9 @@ class MemoryConfig:
             words = rule.get("match")
             if not isinstance(words, str) or not any(part.strip() for part in words.split("|")):
                 raise InvalidInputError(f"retention_rules[{n}].match must be words, alternatives split by '|'")
-            age = rule.get("max_age")
-            if not is_finite_number(age) or age <= 0:
-                raise InvalidInputError(f"retention_rules[{n}].max_age must be positive seconds, got {age!r}")
+            rule_age: Any = rule.get("max_age")
+            if not is_finite_number(rule_age) or rule_age <= 0:
+                raise InvalidInputError(f"retention_rules[{n}].max_age must be positive seconds, got {rule_age!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

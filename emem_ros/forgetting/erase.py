@@ -18,6 +18,7 @@ the words and scrubbed.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -260,8 +261,7 @@ class Eraser:
                               codec.vector_to_blob(vector) if vector is not None else None, gist_id))
                 conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
                 self.store.announce(reshaped=True, rewritten=True)
-            index = self.store.vectors["gists"]
-            self.store.update_index("gists", lambda: index.remove([gist_id]))
+            self._drop_vector("gists", gist_id)
             self.store.index_gist(gist_id, vector)
             self.erased.gists_resummarised += 1
 
@@ -282,8 +282,7 @@ class Eraser:
             conn.execute("DELETE FROM gists WHERE id = ?", (gist_id,))
             self._edges(conn, [f"gist-{gist_id}"])
             self.store.announce(reshaped=True, rewritten=True)
-        index = self.store.vectors["gists"]
-        self.store.update_index("gists", lambda: index.remove([gist_id]))
+        self._drop_vector("gists", gist_id)
         self.erased.gists_removed += 1
 
     # ------------------------------------------------------------------ entities
@@ -310,8 +309,7 @@ class Eraser:
                     self.erased.entities_updated += 1
                     removed = False
             if removed:
-                index = self.store.vectors["entities"]
-                self.store.update_index("entities", lambda: index.remove([number]))
+                self._drop_vector("entities", number)
 
     # ------------------------------------------------------------------ episodes: scrub the words
     def episodes(self, selector: Optional["Selector"]) -> None:
@@ -332,11 +330,14 @@ class Eraser:
                 conn.execute(f"UPDATE episodes SET {', '.join(c + '=?' for c in columns)}, embedding=? WHERE id=?",
                              (*new, codec.vector_to_blob(vector) if vector is not None else None, number))
                 self.store.announce(rewritten=True)
-            index = self.store.vectors["episodes"]
-            self.store.update_index("episodes", lambda: index.remove([number]))
+            self._drop_vector("episodes", number)
             if vector is not None:
-                self.store.update_index("episodes", lambda: index.add(np.array([number]), vector.reshape(1, -1)))
+                index, row = self.store.vectors["episodes"], vector.reshape(1, -1)
+                self.store.update_index("episodes", functools.partial(index.add, np.array([number]), row))
             self.erased.episodes_scrubbed += 1
+
+    def _drop_vector(self, name: str, label: int) -> None:
+        self.store.update_index(name, functools.partial(self.store.vectors[name].remove, [label]))
 
     def _quoting(self, table: str, column: str, selector: "Selector") -> set[int]:
         words = (selector.match or "").split()

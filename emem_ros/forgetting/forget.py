@@ -21,14 +21,16 @@ says what it was.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+import emem_ros.forgetting.audit as audit
+import emem_ros.forgetting.scrub as scrub
 from emem_ros.core.errors import EmemError
-from emem_ros.forgetting import audit, scrub
 from emem_ros.forgetting.erase import Erased, Eraser
 from emem_ros.forgetting.ledger_redact import matching_experiences, redact
 from emem_ros.forgetting.select import Selection, record_selected, select
@@ -214,7 +216,7 @@ class Forgetter:
                     redact(conn, part, now, None)
                 timer.held("ledger redaction", time.perf_counter() - began)
             index = store.vectors["experiences"]
-            store.update_index("experiences", lambda part=part: index.remove([n for n, _ in part]))
+            store.update_index("experiences", functools.partial(index.remove, [n for n, _ in part]))
 
     def _audit(self, report: ForgetReport, described: dict[str, Any], reason: str, who: Optional[str], kind: str,
                now: float, timer: scrub.LockTimer) -> int:

@@ -103,7 +103,8 @@ def compact_vectors(store: "MemoryStore", names: set[str], timer: LockTimer) -> 
                             ef_search=config.hnsw_ef_search,
                             initial_capacity=config.hnsw_max_elements if name == "texts" else 1024)
 
-        def chunks(ids: list[int] = ids, table: str = table, label: str = label) -> Any:
+        def chunks(ids: list[int] = ids, table: str = table, label: str = label,
+                   conn: sqlite3.Connection = conn) -> Any:
             import numpy as np
 
             for start in range(0, len(ids), CHUNK):

@@ -25,5 +25,8 @@ def build_memory(params: NodeParams, get_current_time: Optional[Callable[[], flo
     embedder = make_embedder(params.embedding_backend, params.embedding_model, params.ollama_host or None)
     memory = Memory(db_path=db_path, config=params.memory, embedding_provider=embedder,
                     llm_client=make_llm_client(params), get_current_time=get_current_time)
-    memory.tools.env.forget_caller = "ros:service"  # the audit trail says a forget came through ~/forget
+    from emem_ros.agent.tools import AgentEnv
+
+    if isinstance(memory.tools.env, AgentEnv):
+        memory.tools.env.forget_caller = "ros:service"  # the audit trail: a forget came through ~/forget
     return memory

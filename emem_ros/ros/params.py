@@ -14,8 +14,8 @@ level; node parameters use dotted groups (``embedding.backend``).
 
 from __future__ import annotations
 
-import math
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
