@@ -30,7 +30,9 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+
+import numpy as np
 
 from emem_ros.consolidation.coldstore import ColdStore, _read_members
 from emem_ros.core.types import parse_id
@@ -38,6 +40,7 @@ from emem_ros.indexes.snapshots import fsync_dir
 from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
 from emem_ros.storage.derived_indexes import VECTOR_TABLES
+from emem_ros.storage.events import Commit
 from emem_ros.storage.rebuild import BASE_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,35 +96,60 @@ def purge_fts(store: "MemoryStore", timer: LockTimer) -> int:
 
 
 def compact_vectors(store: "MemoryStore", names: set[str], timer: LockTimer) -> None:
-    """Rebuild each named vector index from SQLite beside the live one, then swap it in."""
+    """Rebuild each named vector index from SQLite beside the live one, then swap it in.
+
+    The copy is built with no lock held (questions use the live index
+    meanwhile). Under the writer lock it then catches up with what was
+    written during the build: for ``texts`` (the big one) only the rows
+    added after it started and the texts commits said were removed; for
+    the small indexes a full reconcile.
+    """
     config = store.config
     for name in sorted(names):
         table, label, _ = VECTOR_TABLES[name]
-        conn = store.reader()
-        ids = [r[0] for r in conn.execute(f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")]
-        fresh = VectorIndex(name, store.dim, m=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
-                            ef_search=config.hnsw_ef_search,
-                            initial_capacity=config.hnsw_max_elements if name == "texts" else 1024)
+        removed: list[int] = []
 
-        def chunks(ids: list[int] = ids, table: str = table, label: str = label,
-                   conn: sqlite3.Connection = conn) -> Any:
-            import numpy as np
+        def collect(commit: Commit, removed: list[int] = removed) -> None:
+            removed.extend(text_id for text_id, _ in commit.removed_texts)
 
-            for start in range(0, len(ids), CHUNK):
-                part = ids[start:start + CHUNK]
-                rows = conn.execute(f"SELECT {label}, embedding FROM {table} WHERE {label} IN"
-                                    f" ({','.join('?' * len(part))}) AND embedding IS NOT NULL", part).fetchall()
-                if rows:
-                    yield (np.array([r[0] for r in rows], dtype=np.int64),
-                           np.stack([codec.blob_to_vector(r[1], store.dim) for r in rows]))
+        store.commits.subscribe(collect)
+        try:
+            conn = store.reader()
+            ids = [r[0] for r in conn.execute(
+                f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")]
+            fresh = VectorIndex(name, store.dim, m=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
+                                ef_search=config.hnsw_ef_search,
+                                initial_capacity=config.hnsw_max_elements if name == "texts" else 1024)
+            fresh.rebuild(_vector_chunks(store, conn, table, label, ids), len(ids))
+            top = ids[-1] if ids else 0
 
-        fresh.rebuild(chunks(), len(ids))
-
-        def swap(_conn: sqlite3.Connection, name: str = name, fresh: VectorIndex = fresh) -> None:
-            store.vectors[name].adopt(fresh)
-            store._reconcile_index(name)  # rows written while the copy was built
-        _locked(store, timer, f"vector swap {name}", swap)
+            def swap(wconn: sqlite3.Connection, name: str = name, fresh: VectorIndex = fresh, top: int = top,
+                     table: str = table, label: str = label, removed: list[int] = removed) -> None:
+                if name == "texts" and not store.vectors_pending:
+                    later = [r[0] for r in wconn.execute(
+                        f"SELECT {label} FROM {table} WHERE {label} > ? AND embedding IS NOT NULL", (top,))]
+                    for labels, vectors in _vector_chunks(store, wconn, table, label, later):
+                        fresh.add(labels, vectors)
+                    fresh.remove(removed)
+                    store.vectors[name].adopt(fresh)
+                else:
+                    store.vectors[name].adopt(fresh)
+                    store._reconcile_index(name)
+            _locked(store, timer, f"vector swap {name}", swap)
+        finally:
+            store.commits.unsubscribe(collect)
     store.save_indexes()
+
+
+def _vector_chunks(store: "MemoryStore", conn: sqlite3.Connection, table: str, label: str,
+                   ids: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    for start in range(0, len(ids), CHUNK):
+        part = ids[start:start + CHUNK]
+        rows = conn.execute(f"SELECT {label}, embedding FROM {table} WHERE {label} IN"
+                            f" ({','.join('?' * len(part))}) AND embedding IS NOT NULL", part).fetchall()
+        if rows:
+            yield (np.array([r[0] for r in rows], dtype=np.int64),
+                   np.stack([codec.blob_to_vector(r[1], store.dim) for r in rows]))
 
 
 def sqlite_vacuum_if_needed(store: "MemoryStore", timer: LockTimer, force: bool = False) -> bool:
