@@ -182,3 +182,29 @@ def test_bad_retention_settings_are_refused(make_memory):
         make_memory(retention_rules=[{"words": "man", "max_age": 1}])
     with pytest.raises(InvalidInputError, match="retention_max_age"):
         make_memory(retention_max_age={"scene": -5})
+
+
+def test_a_file_from_before_secure_delete_is_vacuumed_once(make_memory, clock):
+    memory = make_memory()
+    _scene(memory, clock)
+    assert memory.store.meta("secure_delete") == "from_creation"
+    with memory.store.write() as conn:  # as a file migrated from schema v3 looks
+        conn.execute("DELETE FROM meta WHERE key='secure_delete'")
+    assert memory.forget(match="red jacket").vacuumed
+    assert memory.store.meta("secure_delete") == "vacuumed"
+    assert not memory.forget(match="red mug").vacuumed
+
+
+def test_the_log_restarts_after_a_base_keeping_the_records_after_it(tmp_path):
+    from emem_ros.storage.oplog import OpLog
+
+    log = OpLog(tmp_path / "x.log", segment_bytes=64)
+    for n in range(1, 8):
+        log.append([("INSERT INTO meta(key, value) VALUES(?, ?)", [f"k{n}", "secret" if n < 5 else "kept"], False)])
+    assert len(log.segments()) > 2
+    assert log.restart_after(5) == 2
+    assert [r.seq for r in log.records()] == [6, 7] and len(log.segments()) == 1
+    assert log.append([("INSERT INTO meta(key, value) VALUES(?, ?)", ["k8", "x"], False)])[0] == 8
+    log.close()
+    assert b"secret" not in b"".join(p.read_bytes() for _, p in OpLog(tmp_path / "x.log").segments())
+    assert [r.seq for r in OpLog(tmp_path / "x.log").records()] == [6, 7, 8]
