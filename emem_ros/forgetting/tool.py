@@ -21,6 +21,8 @@ def forget(env: Any, ids: Any = None, match: Any = None, similar_to: Any = None,
     run = getattr(env, "forget", None)
     if run is None:
         raise InvalidInputError("forget is not available on this memory")
+    if radius is None and x in (None, 0.0) and y in (None, 0.0):  # a fresh ROS request: no region was given
+        x = y = None
     report = run(ids=list(ids) if ids else None, match=match or None, similar_to=similar_to or None,
                  min_similarity=min_similarity, entity=entity or None, x=x, y=y, radius=radius,
                  since=since if since not in ("", None) else None, until=until if until not in ("", None) else None,
