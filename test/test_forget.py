@@ -208,3 +208,12 @@ def test_the_log_restarts_after_a_base_keeping_the_records_after_it(tmp_path):
     log.close()
     assert b"secret" not in b"".join(p.read_bytes() for _, p in OpLog(tmp_path / "x.log").segments())
     assert [r.seq for r in OpLog(tmp_path / "x.log").records()] == [6, 7, 8]
+
+
+def test_copies_a_past_rebuild_left_are_deleted(make_memory, clock, tmp_path):
+    memory = make_memory()
+    _scene(memory, clock)
+    stale = tmp_path / "memory.db.before-rebuild"
+    stale.write_bytes(b"SQLite format 3\x00 ... A man in a Red Jacket ...")
+    report = memory.forget(match="red jacket")
+    assert not stale.exists() and report.stale_copies == ["memory.db.before-rebuild"]
