@@ -217,3 +217,13 @@ def test_copies_a_past_rebuild_left_are_deleted(make_memory, clock, tmp_path):
     stale.write_bytes(b"SQLite format 3\x00 ... A man in a Red Jacket ...")
     report = memory.forget(match="red jacket")
     assert not stale.exists() and report.stale_copies == ["memory.db.before-rebuild"]
+
+
+def test_words_with_other_criteria_select_the_rows_in_all_of_them(make_memory, clock):
+    memory = make_memory()
+    ids = _scene(memory, clock)
+    t0 = clock.now - 1000
+    assert memory.forget(match="red jacket", layer="detections", dry_run=True).ids == []
+    assert memory.forget(match="red jacket", ids=ids["jacket"][:2] + ids["mug"][:2], dry_run=True).ids == sorted(
+        ids["jacket"][:2])
+    assert sorted(memory.forget(match="red jacket", until=t0 + 4, dry_run=True).ids) == sorted(ids["jacket"][:5])

@@ -228,8 +228,8 @@ class Eraser:
         ``touched_only``: the gists the deleted rows fed were handled already (an earlier selector of the run).
         """
         touched = set() if touched_only else set(self.erased.gists)
-        if selector is not None and selector.pattern is not None:
-            touched |= self._quoting("gists", "text", selector)
+        if selector is not None and selector.words_only:
+            touched |= self._quoting("gists", "text", selector, "time_start", "time_end")
         writer = SummaryWriter(None)
         rows_of = {g: fetch_rows(self.store.reader(), "o.gist_id = ?", [g]) for g in sorted(touched)}
         self._archived_texts([r for rows in rows_of.values() for r in rows])
@@ -243,8 +243,9 @@ class Eraser:
                 continue
             metadata = json.loads(old[1]) if old[1] else {}
             draft = draft_gist(rows, classify_layers(rows), writer, str(metadata.get("kind", "time_window")))
-            text = self._scrub(draft.text, selector)
-            if selector is not None and selector.matches(text):
+            words = selector if selector is not None and selector.words_only else None
+            text = self._scrub(draft.text, words)
+            if words is not None and words.matches(text):
                 self._remove_gist(gist_id, old[0], rows)
                 continue
             vector = self.engine.embed_texts([text])[0] if text else None
@@ -289,9 +290,10 @@ class Eraser:
     def entities(self, named: set[int], selector: Optional["Selector"]) -> None:
         """Named entities go; touched ones lose sightings and go when none is left."""
         candidates = set(named) | self.erased.entities
-        if selector is not None and selector.pattern is not None:
-            candidates |= self._quoting("entities", "name", selector)
-            named = named | self._quoting("entities", "name", selector)
+        if selector is not None and selector.words_only:
+            quoting = self._quoting("entities", "name", selector, "first_seen", "last_seen")
+            candidates |= quoting
+            named = named | quoting
         reader = self.store.reader()
         for number in sorted(candidates):
             node = f"ent-{number}"
@@ -314,12 +316,17 @@ class Eraser:
     # ------------------------------------------------------------------ episodes: scrub the words
     def episodes(self, selector: Optional["Selector"]) -> None:
         """Episode texts quoting the words or a removed text get the quote replaced (the episode stays)."""
-        pattern = self._scrub_pattern(selector)
+        pattern = self._scrub_pattern(selector if selector is not None and selector.words_only else None)
         if pattern is None:
             return
         columns = ("name", "summary", "goal", "action", "result", "reflection")
+        where, params = ["1"], []
+        if selector is not None and selector.words_only and selector.until is not None:
+            where.append("COALESCE(end, start) <= ?")
+            params.append(selector.until)
         reader = self.store.reader()
-        for row in reader.execute(f"SELECT id, {', '.join(columns)} FROM episodes").fetchall():
+        for row in reader.execute(f"SELECT id, {', '.join(columns)} FROM episodes WHERE {' AND '.join(where)}",
+                                  params).fetchall():
             number, values = row[0], row[1:]
             new = [pattern.sub(SCRUBBED, v) if isinstance(v, str) else v for v in values]
             if new == list(values):
@@ -339,12 +346,21 @@ class Eraser:
     def _drop_vector(self, name: str, label: int) -> None:
         self.store.update_index(name, functools.partial(self.store.vectors[name].remove, [label]))
 
-    def _quoting(self, table: str, column: str, selector: "Selector") -> set[int]:
+    def _quoting(self, table: str, column: str, selector: "Selector", start: str, end: str) -> set[int]:
+        """Rows of ``table`` whose ``column`` holds the words, within the selector's time range if any."""
         words = (selector.match or "").split()
         if not words:
             return set()
-        sql = f"SELECT id, {column} FROM {table} WHERE " + " AND ".join(f"{column} LIKE ?" for _ in words)
-        rows = self.store.reader().execute(sql, [f"%{w}%" for w in words]).fetchall()
+        where = [f"{column} LIKE ?" for _ in words]
+        params: list[Any] = [f"%{w}%" for w in words]
+        if selector.since is not None:
+            where.append(f"{start} >= ?")
+            params.append(selector.since)
+        if selector.until is not None:
+            where.append(f"{end} <= ?")
+            params.append(selector.until)
+        rows = self.store.reader().execute(f"SELECT id, {column} FROM {table} WHERE {' AND '.join(where)}",
+                                           params).fetchall()
         return {i for i, text in rows if selector.matches(text)}
 
     def _scrub_pattern(self, selector: Optional["Selector"]) -> Optional[re.Pattern[str]]:

@@ -60,18 +60,17 @@ def select(engine: "Engine", conn: sqlite3.Connection, selector: Selector,
     if text_ids is not None:
         out.texts = set(text_ids)
     where, params = _filters(selector)
+    candidates: list[set[int]] = []  # one set per criterion given; the observations are in all of them
     if text_ids is not None:
-        out.observations |= _with_texts(conn, text_ids, where, params, selector)
-    elif entity_obs is not None:
-        out.observations |= _with_ids(conn, entity_obs, where, params, selector)
-    elif selector.ids:
-        out.observations |= _with_ids(conn, set(selector.ids), where, params, selector)
+        candidates.append(_with_texts(conn, text_ids, where, params, selector))
+    if entity_obs is not None:
+        candidates.append(_with_ids(conn, entity_obs, where, params, selector))
+    if selector.ids:
+        candidates.append(_with_ids(conn, set(selector.ids), where, params, selector))
+    if candidates:
+        out.observations = set.intersection(*candidates)
     else:
-        out.observations |= _rows(conn, where, params, selector)
-    if entity_obs is not None and text_ids is not None:
-        out.observations &= entity_obs | _with_texts(conn, text_ids, where, params, selector)
-    if selector.ids and (text_ids is not None or entity_obs is not None):
-        out.observations &= set(selector.ids)
+        out.observations = _rows(conn, where, params, selector)
     archived = _archived(conn, out.observations)
     out.cold |= archived
     if cold is not None and selector.match and not selector.similar_to and entity_obs is None:

@@ -53,6 +53,12 @@ class Selector:
         """It names content (words, meaning, an entity): the texts themselves are what must go."""
         return bool(self.match or self.similar_to or self.entity)
 
+    @property
+    def words_only(self) -> bool:
+        """Only words (and maybe a time range): anything quoting them goes, not only what rows link."""
+        return bool(self.match) and not (self.ids or self.similar_to or self.entity or self.radius is not None
+                                         or self.layer)
+
     def matches(self, text: Optional[str]) -> bool:
         return bool(text) and self.pattern is not None and self.pattern.search(text or "") is not None
 
