@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -125,12 +126,34 @@ def run_case(memory: Memory, clock: list[float], name: str, **criteria: object) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--keep", default=None,
+                        help="folder keeping a pristine copy of the built memory; reused when it holds one of --n")
     args = parser.parse_args()
     print(f"load before: {Path('/proc/loadavg').read_text().strip() if Path('/proc/loadavg').exists() else '?'}; "
           f"cpus {os.cpu_count()}", flush=True)
     clock = [1_763_800_000.0]
     with tempfile.TemporaryDirectory() as folder:
-        memory = build(Path(folder) / "bench.db", args.n, clock)
+        db = Path(folder) / "bench.db"
+        kept = Path(args.keep) / f"bench-{args.n}.db" if args.keep else None
+        if kept is not None and kept.exists():
+            shutil.copyfile(kept, db)
+            shutil.copytree(kept.with_name(kept.name + ".log"), db.with_name(db.name + ".log"))
+            config = MemoryConfig(db_path=str(db), flush_interval=0.0, index_save_interval=0.0,
+                                  hnsw_max_elements=LABELS * 2)
+            memory = Memory(config=config, embedding_provider=HashingEmbeddingProvider(),
+                            get_current_time=lambda: clock[0])
+            print(f"reused {kept}", flush=True)
+        else:
+            memory = build(db, args.n, clock)
+            if kept is not None:
+                memory.close()
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(db, kept)
+                shutil.rmtree(kept.with_name(kept.name + ".log"), ignore_errors=True)
+                shutil.copytree(db.with_name(db.name + ".log"), kept.with_name(kept.name + ".log"))
+                memory = Memory(config=MemoryConfig(db_path=str(db), flush_interval=0.0, index_save_interval=0.0,
+                                                    hnsw_max_elements=LABELS * 2),
+                                embedding_provider=HashingEmbeddingProvider(), get_current_time=lambda: clock[0])
         try:
             one = memory.store.reader().execute("SELECT id FROM observations WHERE id % 97 = 3 LIMIT 1").fetchone()[0]
             run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])

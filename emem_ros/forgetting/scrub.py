@@ -167,6 +167,10 @@ def sqlite_vacuum_if_needed(store: "MemoryStore", timer: LockTimer, force: bool 
 
 def truncate_wal(store: "MemoryStore", timer: LockTimer, tries: int = 200) -> bool:
     """Checkpoint the WAL into the file and cut it to zero bytes; True when it got there."""
+    try:  # most of the WAL goes back into the file now, without the writer lock; the rest below, with it
+        store.reader().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except sqlite3.Error:
+        pass
     for _ in range(tries):
         busy = _locked(store, timer, "wal checkpoint",
                        lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
