@@ -21,6 +21,7 @@ says what it was.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import logging
@@ -204,7 +205,10 @@ class Forgetter:
                 return sum(1 for r in read_dead_letters(path) if not keep(r))
             except (OSError, ValueError):
                 return 0
-        return scrub.rewrite_dead_letters(path, keep)
+        # Flushes append dead letters under the working memory's flush lock: none may land in the old file.
+        flush_lock = getattr(getattr(self.engine.ingest, "buffer", None), "_flush_lock", None)
+        with flush_lock if flush_lock is not None else contextlib.nullcontext():
+            return scrub.rewrite_dead_letters(path, keep)
 
     def _redact(self, experiences: list[tuple[int, str]], now: float, timer: scrub.LockTimer) -> None:
         store = self.engine.store
