@@ -49,6 +49,9 @@ SCRUBBED = "[forgotten]"
 TARGET_LOCK = 0.04
 """Seconds of writer lock a deletion batch aims at (well under the 100 ms a flush or question may wait)."""
 FIRST_BATCH = 32
+MIN_BATCH = 16
+"""A transaction has a fixed cost (at 1M places, the R-tree columns are rewritten: ~0.1-0.2 s); below this
+many rows shrinking it further only multiplies that cost."""
 
 
 @dataclass
@@ -104,8 +107,8 @@ class Eraser:
                 self._observation_batch(conn, part)
             held = time.perf_counter() - began
             start += len(part)
-            if held > target and size > 1:
-                size = max(1, int(size * target / held))
+            if held > target and size > MIN_BATCH:
+                size = max(MIN_BATCH, int(size * target / held))
             elif held < target / 2:
                 size = min(batch, size * 2)
 
