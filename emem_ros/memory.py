@@ -33,6 +33,8 @@ from emem_ros.core.timeexpr import TimeLike
 from emem_ros.core.types import Observation, Position
 from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine import Engine, EpisodeHook
+from emem_ros.forgetting import ForgetReport, Forgetter, make_selector
+from emem_ros.forgetting.retention import apply_retention, has_policies
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.storage.store import MemoryStore, NewObservation, WriteReport
 from emem_ros.tools.api import MemoryTools
@@ -69,8 +71,13 @@ class Memory:
         try:
             self._cache = QueryCache.for_engine(self.engine)
             env = AgentEnv(self.engine, ledger=lambda: self.ledger, cache=self._cache)
-            self.tools = MemoryTools(env, (*TOOL_SPECS, *AGENT_TOOLS), self._cache)
+            env.forget = self.forget
+            agent_tools = tuple(replace(t, llm=True) if t.name == "forget" and config.allow_llm_forget else t
+                                for t in AGENT_TOOLS)
+            self.tools = MemoryTools(env, (*TOOL_SPECS, *agent_tools), self._cache)
             self._consolidation = ConsolidationService(self.engine, llm_client)
+            if has_policies(config):
+                self._consolidation.retention = self._apply_retention
             self.engine.on_episode_end(self._consolidation.on_episode_end)
         except BaseException:  # a failed open must not leave threads, files or the process lock behind
             self.engine.close()
@@ -285,6 +292,61 @@ class Memory:
     def import_from(self, path: str | Path) -> ImportReport:
         """Merge an export into this memory without duplicates (content keys)."""
         return import_file(self.engine, path, cold=self._consolidation.cold)
+
+    # ------------------------------------------------------------------ forgetting
+    def forget(self, ids: Optional[Iterable[str] | str] = None, match: Optional[str] = None,
+               similar_to: Optional[str] = None, min_similarity: Optional[float] = None,
+               entity: Optional[str] = None, x: Optional[float] = None, y: Optional[float] = None,
+               radius: Optional[float] = None, since: TimeLike = None, until: TimeLike = None,
+               layer: Optional[str] = None, *, reason: str = "", who: Optional[str] = None,
+               dry_run: bool = False, timeout: Optional[float] = None) -> ForgetReport:
+        """Erase what the criteria name (all must hold) from the memory and every file it keeps.
+
+        ``match``: exact words, case-insensitive; ``similar_to`` + ``min_similarity``: by meaning;
+        ``entity``: 'ent-3' or a name; ``x, y, radius``: a region; ``since``/``until``: times;
+        ``layer``. ``dry_run`` lists what would go. Runs on the consolidation worker (nothing
+        consolidates or archives the rows meanwhile) in short write transactions. See
+        ``emem_ros/forgetting``.
+        """
+        self.engine.check_open()
+        selector = make_selector(ids=list(ids) if ids is not None and not isinstance(ids, str) else ids,
+                                 match=match, similar_to=similar_to, min_similarity=min_similarity, entity=entity,
+                                 x=x, y=y, radius=radius, since=self.resolve_time(since),
+                                 until=self.resolve_time(until), layer=layer)
+        forgetter = Forgetter(self.engine, self._consolidation.cold)
+
+        def job(_stop: Any) -> ForgetReport:
+            report = forgetter.forget(selector, reason=reason, who=who, dry_run=dry_run)
+            if not dry_run:
+                self._forget_memos()
+            return report
+
+        worker = self._consolidation.worker
+        if worker.in_worker():
+            return job(None)
+        return worker.submit("forget", job).result(timeout)
+
+    def _apply_retention(self) -> Optional[ForgetReport]:
+        """On the consolidation worker (maintenance): forget what the retention policies say is too old."""
+        report = apply_retention(self.engine, self._consolidation.cold)
+        if report is not None and report.forget_id is not None:
+            self._forget_memos()
+        return report
+
+    def forget_log(self, limit: int = 0) -> list[Any]:
+        """The audit trail: every forget and retention run (never what was forgotten)."""
+        from emem_ros.forgetting.audit import entries
+
+        return entries(self.store.reader(), limit)
+
+    def _forget_memos(self) -> None:
+        """In-memory copies of answers and vectors that may quote forgotten content."""
+        self._cache.clear()
+        embedding = self.engine.embedding
+        with embedding._lock:
+            embedding._memo.clear()
+        with embedding.embed_query._lock:
+            embedding.embed_query._items.clear()
 
     # ------------------------------------------------------------------ lifecycle
     def save(self) -> None:

@@ -52,6 +52,8 @@ OTHER_SERVICES: dict[str, tuple[str, ...]] = {
     "record_experience": ("goal", "action", "result", "reflection", "success", "tags", "metadata_json"),
     "find_experiences": ("query", "success", "tags", "time_after", "time_before", "episode_id", "n_results"),
     "memory_stats": (),
+    "forget": ("ids", "match", "similar_to", "min_similarity", "entity", "x", "y", "radius", "since", "until",
+               "layer", "reason", "dry_run"),
     "call_tool": ("tool", "arguments_json"),
     "list_tools": ("read_only",),
 }
@@ -74,6 +76,7 @@ RESULT_LISTS: dict[str, dict[str, str]] = {
     "store_specific_memory": {"id": "string"},
     "start_episode": {"episode_id": "string"},
     "end_episode": {"episode_id": "string"},
+    "forget": {"id": "string"},
     "record_experience": {"id": "string"},
     "find_experiences": {"result_json": "string"},
     "memory_stats": {"stats_json": "string"},
@@ -89,6 +92,7 @@ REQUEST_TYPES: dict[str, str] = {
     "last_n_minutes": "float64", "include_recent_minutes": "float64", "radius_multiplier": "float64",
     "success": "int8", "layers": "string[]", "tags": "string[]", "consolidate": "bool",
     "at_time": "string", "below": "float64", "above": "float64", "read_only": "bool",
+    "ids": "string[]", "min_similarity": "float64", "dry_run": "bool",
 }
 
 # Field names that collide with a keyword of a generated language break the build

@@ -210,7 +210,7 @@ def test_bundled_config_loads():
 def test_bundled_config_documents_every_parameter():
     flat = flat_yaml(CONFIG)
     for field in fields(MemoryConfig):
-        if field.name != "embedding_model":  # set through embedding.model
+        if field.name not in ("embedding_model", "retention_max_age", "retention_rules"):  # set through node params
             assert field.name in flat, f"config/memory.yaml lacks MemoryConfig.{field.name}"
     for name, _default, _type_name, _ in declarations():
         assert name in flat, f"config/memory.yaml lacks {name}"
@@ -286,7 +286,9 @@ def test_declarations_cover_every_top_level_parameter_with_typed_defaults():
     declared = declarations()
     names = [name for name, *_ in declared]
     assert len(names) == len(set(names))
-    assert {f.name for f in fields(MemoryConfig)} - {"embedding_model"} <= set(names)
+    from_node = {"embedding_model", "retention_max_age", "retention_rules"}  # embedding.model, retention.*
+    assert {f.name for f in fields(MemoryConfig)} - from_node <= set(names)
+    assert {"embedding.model", "retention.max_age", "retention.rules"} <= set(names)
     for name, default, type_name, description in declared:
         assert type(default) is ROS_TYPES[type_name], name
         assert description and "\n" not in description, name
@@ -311,3 +313,14 @@ def test_declarations_do_not_share_mutable_defaults():
     first = declarations()
     next(d for d in first if d[0] == "layer_names")[1].append("oops")
     assert next(d for d in declarations() if d[0] == "layer_names")[1] == []
+
+
+def test_retention_travels_as_json_text_and_bad_json_is_refused():
+    params = parse_params({"retention.max_age": '{"scene": 86400}',
+                           "retention.rules": '[{"match": "person|man", "max_age": 3600}]'})
+    assert params.memory.retention_max_age == {"scene": 86400}
+    assert params.memory.retention_rules == [{"match": "person|man", "max_age": 3600}]
+    with pytest.raises(ParamError, match="retention.max_age must be JSON"):
+        parse_params({"retention.max_age": "scene: 1"})
+    with pytest.raises(ParamError, match="max_age must be positive"):
+        parse_params({"retention.rules": '[{"match": "person", "max_age": -1}]'})

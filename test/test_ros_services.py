@@ -78,7 +78,8 @@ def test_one_service_per_srv_file_and_registered_tool(world):
     for spec in SERVICES:
         assert spec.srv_type == f"emem_ros/srv/{spec.srv_name}"
         if spec.name not in ("call_tool", "list_tools"):
-            assert spec.tool == spec.name and spec.tool in registered, spec.name
+            offered = spec.tool in registered or not world.memory.tools.declared[spec.tool].llm  # forget: ROS only
+            assert spec.tool == spec.name and offered, spec.name
     declared = world.memory.tools.declared
     for spec in SERVICES:  # derived from the declarations: each names the .srv of its service
         if spec.name not in ("call_tool", "list_tools"):
@@ -422,3 +423,18 @@ def test_to_jsonable_is_strict_json():
     assert to_jsonable("plain text") == {"text": "plain text"}
     assert services._place(0.0, 0.0, 0.0) == {"near_x": None, "near_y": None, "spatial_radius": None}
     assert services._place(0.0, 0.0, 2.0) == {"near_x": 0.0, "near_y": 0.0, "spatial_radius": 2.0}
+
+
+def test_forget_service_dry_run_then_forget(call, world):
+    noted = call("store_specific_memory", text="a visitor in a green qzxhat9 at the door")
+    dry = call("forget", match="qzxhat9", dry_run=True)
+    assert dry.success and dry.id == "" and "would forget 1" in dry.text and noted.id in dry.text
+    assert world.memory.get_observation(noted.id)
+    done = call("forget", match="qzxhat9", reason="asked")
+    assert done.success and re.fullmatch(r"forget-\d+", done.id) and "forgot 1" in done.text
+    assert "qzxhat9" not in call("semantic_search", query="qzxhat9").text.replace('"qzxhat9"', "")
+    entry = world.memory.forget_log()[-1]
+    assert entry.reason == "asked" and entry.selector == {"match": "[withheld]"}
+    refused = call("forget", ids=["ep-1"])
+    assert not refused.success and "observation ids" in refused.message
+    assert not call("forget").success  # nothing selected: refused, never "forget everything"

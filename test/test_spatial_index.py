@@ -82,3 +82,14 @@ def test_snapshot_of_unsorted_entries_loads_sorted_and_reconciles(tmp_path):
     assert index.ids().tolist() == [1, 3, 9, 12]
     assert set(index.intersection((-1, -1, -1, 100, 100, 1)).tolist()) == {1, 3, 9, 12}
     assert index.nearest((6.0, 0.0, 0.0, 6.0, 0.0, 0.0), 1).tolist() == [12]
+
+
+def test_a_delete_with_many_pending_entries_rebuilds_the_tree_instead_of_inserting_them_one_by_one():
+    index = SpatialIndex("places")
+    n = BULK_MIN + 100
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    boxes = np.array([(i, 0.0, 0.0, i + 0.5, 0.5, 0.5) for i in range(n)], dtype=np.float64)
+    index.insert(ids, boxes)  # pending: the tree has not seen them
+    index.delete([1, 2, 3])
+    assert sorted(index.intersection((0.0, 0.0, 0.0, 3.9, 0.5, 0.5)).tolist()) == [4]
+    assert len(index) == n - 3 and index.count((0.0, 0.0, 0.0, float(n), 1.0, 1.0)) == n - 3

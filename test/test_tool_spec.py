@@ -10,10 +10,11 @@ from emem_ros import Memory
 from emem_ros.agent.tools import AGENT_TOOLS
 from emem_ros.tools.specs import TOOL_SPECS
 
-DECLARED = (*TOOL_SPECS, *AGENT_TOOLS)
+DECLARED_ALL = (*TOOL_SPECS, *AGENT_TOOLS)
+DECLARED = tuple(t for t in DECLARED_ALL if t.llm)
 
 
-@pytest.mark.parametrize("tool", DECLARED, ids=lambda t: t.name)
+@pytest.mark.parametrize("tool", DECLARED_ALL, ids=lambda t: t.name)
 def test_the_schema_is_the_signature_of_what_runs(tool):
     """The LLM's parameters are the function's keyword arguments; required ones have no default."""
     params = tool.signature.parameters
@@ -59,3 +60,15 @@ def test_a_tool_kept_from_llms_is_callable_but_not_offered(make_memory):
     assert "locate_quietly" not in {d["function"]["name"] for d in memory.get_tool_definitions()}
     assert memory.dispatch_tool_call("locate_quietly", {"concept": "mug"}).startswith("Error: there is no tool")
     assert memory.tools.call("locate_quietly", "mug").concept == "mug"
+
+
+def test_forget_is_kept_from_llms_unless_allowed(make_memory):
+    memory = make_memory()
+    assert "forget" not in {d["function"]["name"] for d in memory.get_tool_definitions()}
+    assert memory.dispatch_tool_call("forget", {"match": "mug"}).startswith("Error: there is no tool")
+    allowed = make_memory("allowed.db", allow_llm_forget=True)
+    allowed.add("red mug", x=1.0, y=1.0)
+    allowed.flush()
+    assert "forget" in {d["function"]["name"] for d in allowed.get_tool_definitions()}
+    assert "would forget 1" in allowed.dispatch_tool_call("forget", {"match": "mug", "dry_run": True})
+    assert allowed.store.counts()["observations"] == 1

@@ -16,6 +16,7 @@ from emem_ros.agent.stats import MemoryStats, collect_stats
 from emem_ros.core.errors import InvalidInputError, UnknownNodeError
 from emem_ros.core.numbers import MAX_INTEGER, is_finite_number
 from emem_ros.engine import Engine
+from emem_ros.forgetting.tool import FORGET_TOOL
 from emem_ros.tools import scopes as sc
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.query_cache import QueryCache
@@ -35,6 +36,10 @@ class AgentEnv(ToolEnv):
         super().__init__(engine)
         self._ledger = ledger
         self.cache = cache
+        self.forget: Optional[Callable[..., Any]] = None
+        """The facade's ``forget`` (the tool runs it on the consolidation worker); None: not offered."""
+        self.forget_caller = "tool"
+        """Who the audit trail names for forgets through the tool ('ros:<node>' on a robot)."""
 
     @property
     def ledger(self) -> ExperienceLedger:
@@ -191,6 +196,7 @@ AGENT_TOOLS: tuple[ToolDef, ...] = (
         }),
         time_params=(),
     ),
+    FORGET_TOOL,
 )
 
 

@@ -32,6 +32,8 @@ class MaintenanceReport:
     entities: EntityReport = field(default_factory=EntityReport)
     consolidation: ConsolidationReport = field(default_factory=ConsolidationReport)
     archive: ArchiveReport = field(default_factory=ArchiveReport)
+    retention: Any = None
+    """What the retention policies forgot (a ForgetReport), or None without policies."""
     seconds: float = 0.0
 
     @property
@@ -81,6 +83,8 @@ class ConsolidationService:
         path = Path(engine.config.db_path)
         self.cold = ColdStore(path.with_name(path.name + ".cold"))
         self.archiver = Archiver(engine, self.cold)
+        self.retention: Optional[Callable[[], Any]] = None
+        """Run after archival by maintenance (the facade sets it to apply the retention policies)."""
         self.worker = ConsolidationWorker(pause=engine.questions.writer_turn)  # questions go first
         self.last: dict[str, Any] = {}
         self._timer: Optional[PeriodicThread] = None
@@ -151,6 +155,8 @@ class ConsolidationService:
             report.consolidation = self.time_window.run(stop)
         if not stop.is_set():
             report.archive = self._archive(stop)
+        if self.retention is not None and not stop.is_set():
+            report.retention = self.retention()
         report.seconds = time.perf_counter() - started
         return report
 

@@ -6,7 +6,7 @@ written for it works here; ``validate()`` turns a bad value into one sentence.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from emem_ros.core.errors import InvalidInputError, TimeExpressionError
@@ -67,6 +67,15 @@ class MemoryConfig:
     """'keep' moves archived raw text to the cold store; 'drop' deletes it."""
     archive_batch_size: int = 5_000
     """Observations archived per transaction (keeps the writer lock short)."""
+
+    # Forgetting (emem_ros/forgetting)
+    allow_llm_forget: bool = False
+    """Offer the ``forget`` tool to LLM tool calling (off: only Python, the CLI and the ROS service)."""
+    retention_max_age: dict[str, float] = field(default_factory=dict)
+    """Seconds an observation of a layer is kept (by its stamp), e.g. {'scene': 86400}; applied by maintenance."""
+    retention_rules: list[dict[str, Any]] = field(default_factory=list)
+    """[{'match': 'person|man|woman|child', 'max_age': 86400, 'layer': optional}]: observations whose text holds
+    one of the words (exact, any case) are forgotten after ``max_age`` seconds; applied by maintenance."""
 
     # Entities
     entity_similarity_threshold: float = 0.85
@@ -147,7 +156,27 @@ class MemoryConfig:
             raise InvalidInputError(f"timezone: {exc}") from None
         if not self.db_path:
             raise InvalidInputError("db_path must not be empty")
+        self._validate_retention()
         return self
+
+    def _validate_retention(self) -> None:
+        if not isinstance(self.retention_max_age, dict):
+            raise InvalidInputError("retention_max_age must map layer names to seconds, e.g. {'scene': 86400}")
+        for layer, age in self.retention_max_age.items():
+            if not isinstance(layer, str) or not layer or not is_finite_number(age) or age <= 0:
+                raise InvalidInputError(f"retention_max_age[{layer!r}] must be a positive number of seconds,"
+                                        f" got {age!r}")
+        if not isinstance(self.retention_rules, list):
+            raise InvalidInputError("retention_rules must be a list of {match, max_age} rules")
+        for n, rule in enumerate(self.retention_rules):
+            if not isinstance(rule, dict) or set(rule) - {"match", "max_age", "layer"}:
+                raise InvalidInputError(f"retention_rules[{n}] must be {{match, max_age[, layer]}}, got {rule!r}")
+            words = rule.get("match")
+            if not isinstance(words, str) or not any(part.strip() for part in words.split("|")):
+                raise InvalidInputError(f"retention_rules[{n}].match must be words, alternatives split by '|'")
+            rule_age: Any = rule.get("max_age")
+            if not is_finite_number(rule_age) or rule_age <= 0:
+                raise InvalidInputError(f"retention_rules[{n}].max_age must be positive seconds, got {rule_age!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

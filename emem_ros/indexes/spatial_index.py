@@ -133,13 +133,23 @@ class SpatialIndex:
                 return
             if self._building:
                 self._build_spoiled = True
+            rebuild = False
             if self._tree is not None:
-                self._apply_pending()
-                for place_id, box in zip(self._ids[~keep].tolist(), self._boxes[~keep].tolist()):
-                    self._tree.delete(place_id, box)
-                    self._tree_size -= 1
+                waiting = sum(len(pending) for pending, _ in self._pending)
+                if waiting >= BULK_MIN and waiting * 4 >= self._tree_size:
+                    # The next query would bulk-load the tree anyway: do it then (from a background
+                    # build), not now, entry by entry, under the caller's writer lock.
+                    self._tree, self._tree_size, self._pending = None, 0, []
+                    rebuild = True
+                else:
+                    self._apply_pending()
+                    for place_id, box in zip(self._ids[~keep].tolist(), self._boxes[~keep].tolist()):
+                        self._tree.delete(place_id, box)
+                        self._tree_size -= 1
             self._replace(self._ids[keep], self._boxes[keep])
             self.dirty = True
+            if rebuild:
+                self.warm()
 
     # -- the tree ---------------------------------------------------------
     def _ready_tree(self) -> rtree_index.Index:

@@ -104,6 +104,12 @@ class VectorIndex:
                 self.add(labels, vectors)
             self.dirty = True
 
+    def adopt(self, other: "VectorIndex") -> None:
+        """Serve from ``other``'s graph from now on (a compacted copy built beside this one)."""
+        with self._lock, other._lock:
+            self._index, self._live, self.high_water = other._index, other._live, other.high_water
+            self.dirty = True
+
     # -- querying -------------------------------------------------------
     def __len__(self) -> int:
         return self._live

@@ -23,5 +23,10 @@ def build_memory(params: NodeParams, get_current_time: Optional[Callable[[], flo
     from emem_ros.memory import Memory
 
     embedder = make_embedder(params.embedding_backend, params.embedding_model, params.ollama_host or None)
-    return Memory(db_path=db_path, config=params.memory, embedding_provider=embedder,
-                  llm_client=make_llm_client(params), get_current_time=get_current_time)
+    memory = Memory(db_path=db_path, config=params.memory, embedding_provider=embedder,
+                    llm_client=make_llm_client(params), get_current_time=get_current_time)
+    from emem_ros.agent.tools import AgentEnv
+
+    if isinstance(memory.tools.env, AgentEnv):
+        memory.tools.env.forget_caller = "ros:service"  # the audit trail: a forget came through ~/forget
+    return memory

@@ -14,6 +14,7 @@ level; node parameters use dotted groups (``embedding.backend``).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -52,7 +53,8 @@ _ROS_RESERVED = ("use_sim_time", "start_type_description_service")
 _ROS_RESERVED_PREFIXES = ("qos_overrides.",)
 
 # MemoryConfig fields that are fed from a node parameter instead of their own name.
-_MEMORY_FROM_NODE = {"embedding_model": "embedding.model"}
+_MEMORY_FROM_NODE = {"embedding_model": "embedding.model", "retention_max_age": "retention.max_age",
+                     "retention_rules": "retention.rules"}
 
 _LAYER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _ROBOT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -168,6 +170,11 @@ _NODE_PARAMS: tuple[_Param, ...] = (
     _Param("consolidation_period", 60.0, "DOUBLE",
            "Seconds between node-timer consolidation runs (entities, gists); 0 = off."),
     _Param("archive_period", 600.0, "DOUBLE", "Seconds between node-timer archival runs; 0 = off."),
+    _Param("retention.max_age", "", "STRING",
+           "Seconds each layer is kept, applied by maintenance: JSON, e.g. '{\"scene\": 86400}'; empty = forever."),
+    _Param("retention.rules", "", "STRING",
+           "Words forgotten after their own age, applied by maintenance: JSON list, e.g. "
+           "'[{\"match\": \"person|man|woman|child\", \"max_age\": 86400}]'; empty = none."),
     _Param("index_save_period", 0.0, "DOUBLE",
            "Seconds between node-timer index saves; 0 = the memory's own thread (index_save_interval)."),
     _Param("marker_period", 2.0, "DOUBLE", "Seconds between MarkerArray publications of entities and gists."),
@@ -207,6 +214,7 @@ _MEMORY_DESCRIPTIONS = {
     "recency_weight": "Weight of recency in search scores (0 = off).",
     "recency_halflife": "Seconds for the recency boost to halve.",
     "similarity_floor": "Vector hits below this cosine similarity are dropped.",
+    "allow_llm_forget": "Offer the forget tool to LLM tool calling (the ~/forget service is always there).",
     "query_cache_enabled": "Answer a repeated question from cache while nothing it depends on was written.",
     "query_cache_threshold": "Cosine of two questions' embeddings from which they count as the same question.",
     "query_cache_size": "Cached answers kept (least recently used dropped first).",
@@ -338,6 +346,8 @@ def parse_params(flat: dict[str, Any], *, strict_types: bool = False) -> NodePar
 
     memory_values = {p.name: get(p.name) for p in _memory_params()}
     memory_values["embedding_model"] = embedding_model or MemoryConfig().embedding_model
+    memory_values["retention_max_age"] = _json_param("retention.max_age", get("retention.max_age"), {})
+    memory_values["retention_rules"] = _json_param("retention.rules", get("retention.rules"), [])
     try:
         memory = MemoryConfig(**memory_values).validate()
     except InvalidInputError as exc:  # its messages already name the field
@@ -548,6 +558,19 @@ def _parse_embedding(backend: str, model: str) -> tuple[str, str]:
         raise ParamError("embedding.model must name an Ollama embedding model (e.g. 'nomic-embed-text') "
                          "when embedding.backend is 'ollama'")
     return backend, model
+
+
+def _json_param(name: str, text: str, empty: Any) -> Any:
+    """A structured parameter given as JSON text (ROS parameters cannot be maps or lists of maps)."""
+    if not str(text).strip():
+        return empty
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ParamError(f"{name} must be JSON, e.g. {json.dumps(empty) or '{}'}: {exc}") from None
+    if type(value) is not type(empty):
+        raise ParamError(f"{name} must be a JSON {'object' if isinstance(empty, dict) else 'list'}, got {text!r}")
+    return value
 
 
 def _parse_llm(backend: str, model: str) -> tuple[str, str]:

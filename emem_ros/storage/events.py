@@ -35,9 +35,12 @@ class Announcement:
     """Observations left the hot tables or arrived out of order (archival, import): per-text views rebuild."""
     touched_places: list[PlaceKey] = field(default_factory=list)
     """Place rows upserted."""
+    rewritten: bool = False
+    """Rows views treat as append-only (gists, entities, episodes) were updated or deleted (forget): reset them."""
 
     def empty(self) -> bool:
-        return not (self.removed_texts or self.removed_places or self.reshaped or self.touched_places)
+        return not (self.removed_texts or self.removed_places or self.reshaped or self.touched_places
+                    or self.rewritten)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Commit:
     removed_places: tuple[int, ...] = ()
     reshaped: bool = False
     touched_places: tuple[PlaceKey, ...] = ()
+    rewritten: bool = False
 
 
 Subscriber = Callable[[Commit], None]

@@ -224,6 +224,41 @@ class OpLog:
                 removed += 1
         return removed
 
+    def restart_after(self, base_seq: int) -> int:
+        """Replace every segment by one holding only the records after ``base_seq`` (forget).
+
+        The caller has a checkpoint copy named ``base_seq`` holding everything
+        up to it; what came later (the tail) is copied record by record, same
+        sequence numbers, into a new segment written beside and renamed in,
+        then the old segments are deleted. Returns the number of tail records.
+        """
+        with self._lock:
+            if self._handle is not None:
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+                self._handle.close()
+                self._handle = None
+            tail = [(seq, _decode_record(magic, payload, seq, position.path))
+                    for seq, magic, payload, position in iter_payloads(self.folder, base_seq)]
+            old = self.segments()
+            final = self.folder / f"{base_seq + 1:012d}.seg"
+            temp = self.folder / f".{final.name}.tmp"
+            with open(temp, "wb") as handle:
+                handle.write(self.magic)
+                for seq, statements in tail:
+                    payload = self._encode(statements)
+                    handle.write(FRAME.pack(len(payload), zlib.crc32(payload) & 0xFFFFFFFF, seq) + payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, final)
+            for _first, path in old:
+                if path != final:
+                    path.unlink(missing_ok=True)
+            _fsync_folder(self.folder)
+            self._size = final.stat().st_size
+            self.last_seq = max(self.last_seq, tail[-1][0] if tail else base_seq)
+            return len(tail)
+
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for _, p in self.segments())
 
@@ -315,6 +350,14 @@ def lowest_hold(folder: Path) -> Optional[int]:
         except ValueError:  # unreadable: keep everything rather than guess
             holds.append(0)
     return min(holds) if holds else None
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(str(folder), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(handle: BinaryIO, head: bytes, payload: bytes) -> None:

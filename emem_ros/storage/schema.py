@@ -173,8 +173,37 @@ SCHEMA_V3 = """
 CREATE INDEX texts_with_vector ON texts(id) WHERE embedding IS NOT NULL;
 """
 
+# v4: forgetting. ``forget_log`` is the audit trail of every forget and retention run (when, why, who,
+# the selector with its free text withheld, counts, the ids removed: never content). ``redactions``
+# names ledger experiences whose content was erased; the immutability triggers let exactly those rows
+# be rewritten (to a redaction stub, id kept) and nothing else.
+SCHEMA_V4 = """
+CREATE TABLE forget_log(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    who TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    selector TEXT NOT NULL,
+    counts TEXT NOT NULL,
+    ids TEXT NOT NULL
+);
+CREATE TABLE redactions(
+    experience_id TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    forget_id INTEGER
+);
+DROP TRIGGER experiences_immutable;
+CREATE TRIGGER experiences_immutable BEFORE UPDATE OF id, goal, action, result, reflection, success,
+    tags, metadata, stamp, episode_id, x, y, z, supersedes ON experiences
+    WHEN NOT EXISTS (SELECT 1 FROM redactions WHERE experience_id = OLD.id) OR NEW.id != OLD.id
+BEGIN
+    SELECT RAISE(ABORT, 'experience records are immutable; record a correction that supersedes it');
+END;
+"""
+
 # version -> SQL that brings a file from version-1 to version.
-MIGRATIONS: dict[int, str] = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3}
+MIGRATIONS: dict[int, str] = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4}
 LATEST = max(MIGRATIONS)
 
 
@@ -191,6 +220,7 @@ def current_version(conn: sqlite3.Connection) -> int:
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the file to LATEST, one transaction per step; refuse newer files."""
     version = current_version(conn)
+    created = version == 0
     if version > LATEST:
         raise StoreError(
             f"this memory file has schema version {version}, newer than this emem_ros "
@@ -213,6 +243,8 @@ def migrate(conn: sqlite3.Connection) -> int:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+    if created:  # every delete in this file zeroes its bytes (PRAGMA secure_delete): forget needs no VACUUM
+        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('secure_delete', 'from_creation')")
     return version
 
 

@@ -157,6 +157,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
             conn.execute("PRAGMA temp_store=MEMORY")
             conn.execute("PRAGMA cache_size=-65536")
             conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA secure_delete=ON")  # deleted rows are zeroed, not left in free space (forget)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open memory {self.path}: {exc}") from exc
         return conn

@@ -80,12 +80,13 @@ class TransactionsMixin(StoreBase):
             self._after_commit(deferred, recording, announced)
 
     def announce(self, *, removed_texts: Sequence[tuple[int, str]] = (), removed_places: Sequence[int] = (),
-                 reshaped: bool = False) -> None:
+                 reshaped: bool = False, rewritten: bool = False) -> None:
         """Inside ``write()``: rows this transaction removed, for the indexes and caches after COMMIT."""
         announced = self.state.announced
         announced.removed_texts.extend(removed_texts)
         announced.removed_places.extend(removed_places)
         announced.reshaped = announced.reshaped or reshaped
+        announced.rewritten = announced.rewritten or rewritten
 
     def _after_commit(self, deferred: list[tuple[int, list[Statement]]], recording: Optional[RecordingConnection],
                       announced: Announcement) -> None:
@@ -107,7 +108,7 @@ class TransactionsMixin(StoreBase):
             if not statements and announced.empty():
                 return
         self.commits.publish(Commit(statements, tuple(announced.removed_texts), tuple(announced.removed_places),
-                                    announced.reshaped, tuple(announced.touched_places)))
+                                    announced.reshaped, tuple(announced.touched_places), announced.rewritten))
 
     def write_deferred(self, statements: list[Statement]) -> int:
         """Make a small transaction durable in the log now; SQLite applies it with the next write.

@@ -49,6 +49,8 @@ class ToolEnv:
             self.text_vectors.forget()
         elif any(_EMBEDDINGS.match(sql) for sql, _, _ in commit.statements or ()):
             self.text_vectors.forget()
+        if commit.rewritten:
+            self.gists.reset()
 
     @property
     def config(self) -> MemoryConfig:

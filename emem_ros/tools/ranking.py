@@ -247,6 +247,14 @@ class GistRanker:
         self._columns = _GistColumns()
         self._vectors = _GistVectors()
 
+    def reset(self) -> None:
+        """Gists were rewritten or deleted (forget): what was read of them is read again."""
+        with self._by_layer_lock:
+            self._by_layer = {}
+            self._parsed = {}
+            self._columns = _GistColumns()
+            self._vectors = _GistVectors()
+
     def layer_gists(self, conn: sqlite3.Connection, layer: str) -> frozenset[int]:
         """Ids of the gists that cover a layer, kept per layer and caught up with new gists.
 

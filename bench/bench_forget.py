@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Forget: time to forget 1 and 10,000 observations from a large memory, the log rewrite, the lock.
+
+The peer ``emem`` cannot forget (nothing to compare with): figures are absolute.
+A memory of N observations (default 1M; ``--n``) is built with the hashing
+embedder: detections repeating 20k distinct labels at random positions, one
+scene description in 100 naming a person ("a man in a red jacket near shelf
+K", ~10k of them). Then, with a thread that keeps ingesting (one observation
+every 10 ms, flushed) and one that keeps asking (semantic_search and locate)
+while forget runs, it measures:
+
+- forget 1 observation by id, then 10,000 by ``match="red jacket"`` (every
+  person description: texts, places, FTS, vectors go), then 10,000 by ids
+  (texts stay: other observations use them);
+- per forget: wall time, the scrub steps (FTS merge, vector rebuild, log
+  rewrite = base copy + segment restart, WAL truncate), the longest writer
+  lock a forget step held, and the slowest ingest flush and question seen
+  meanwhile (what "never blocks more than 100 ms" is about).
+
+    python bench/bench_forget.py              # 1M observations (build takes minutes)
+    python bench/bench_forget.py --n 100000   # smaller
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from emem_ros import Memory, MemoryConfig  # noqa: E402
+from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
+
+LABELS = 20_000
+CHUNK = 20_000
+
+
+def build(db: Path, n: int, clock: list[float]) -> Memory:
+    config = MemoryConfig(db_path=str(db), flush_interval=0.0, index_save_interval=0.0,
+                          working_memory_size=CHUNK * 2, flush_batch_size=CHUNK, hnsw_max_elements=LABELS * 2)
+    memory = Memory(config=config, embedding_provider=HashingEmbeddingProvider(), get_current_time=lambda: clock[0])
+    rng = random.Random(7)
+    t0 = clock[0] - n * 0.01
+    started = time.perf_counter()
+    for i in range(n):
+        if i % 100 == 50:
+            text, layer = f"a man in a red jacket near shelf {i // 100}", "scene"
+        else:
+            text, layer = f"object {rng.randrange(LABELS)}", "detections"
+        memory.add(text, x=rng.uniform(0, 100), y=rng.uniform(0, 100), timestamp=t0 + i * 0.01, layer_name=layer)
+        if i % CHUNK == CHUNK - 1:
+            memory.flush()
+    memory.flush()
+    memory.save()
+    print(f"built {n} observations in {time.perf_counter() - started:.1f} s; "
+          f"{sum(p.stat().st_size for p in db.parent.rglob('*') if p.is_file()) / 1e6:.0f} MB on disk", flush=True)
+    return memory
+
+
+class Load:
+    """Ingest and questions beside the forget; records the slowest of each."""
+
+    def __init__(self, memory: Memory, clock: list[float]) -> None:
+        self.memory, self.clock = memory, clock
+        self.stop = threading.Event()
+        self.worst_flush = 0.0
+        self.worst_question = 0.0
+        self.flushes = self.questions = 0
+        self.threads = [threading.Thread(target=self._ingest), threading.Thread(target=self._ask)]
+
+    def __enter__(self) -> "Load":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+    def _ingest(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            self.memory.add(f"object {k % LABELS}", x=1.0, y=2.0, timestamp=self.clock[0], layer_name="detections")
+            began = time.perf_counter()
+            self.memory.flush()
+            self.worst_flush = max(self.worst_flush, time.perf_counter() - began)
+            self.flushes += 1
+            k += 1
+            time.sleep(0.01)
+
+    def _ask(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            began = time.perf_counter()
+            self.memory.tools.call("semantic_search", f"object {k % LABELS}", n_results=3)
+            self.memory.tools.call("locate", f"object {(k * 7) % LABELS}")
+            self.worst_question = max(self.worst_question, (time.perf_counter() - began) / 2)
+            self.questions += 1
+            k += 1
+            time.sleep(0.01)
+
+
+def run_case(memory: Memory, clock: list[float], name: str, **criteria: object) -> None:
+    with Load(memory, clock) as load:
+        began = time.perf_counter()
+        report = memory.forget(**criteria, reason="bench")
+        wall = time.perf_counter() - began
+    steps = ", ".join(f"{k} {v:.2f}s" for k, v in report.step_seconds.items())
+    print(f"{name}: forgot {report.observations} obs ({report.texts} texts) in {wall:.2f} s "
+          f"[rows {report.seconds - report.scrub_seconds:.2f} s in {report.transactions} transactions; "
+          f"scrub {report.scrub_seconds:.2f} s: {steps}]; longest writer lock {report.longest_lock * 1000:.0f} ms "
+          f"({report.longest_lock_step}); meanwhile slowest flush {load.worst_flush * 1000:.0f} ms "
+          f"({load.flushes} flushes), slowest question {load.worst_question * 1000:.0f} ms ({load.questions})",
+          flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--keep", default=None,
+                        help="folder keeping a pristine copy of the built memory; reused when it holds one of --n")
+    args = parser.parse_args()
+    print(f"load before: {Path('/proc/loadavg').read_text().strip() if Path('/proc/loadavg').exists() else '?'}; "
+          f"cpus {os.cpu_count()}", flush=True)
+    clock = [1_763_800_000.0]
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "bench.db"
+        kept = Path(args.keep) / f"bench-{args.n}.db" if args.keep else None
+        if kept is not None and kept.exists():
+            shutil.copyfile(kept, db)
+            shutil.copytree(kept.with_name(kept.name + ".log"), db.with_name(db.name + ".log"))
+            config = MemoryConfig(db_path=str(db), flush_interval=0.0, index_save_interval=0.0,
+                                  hnsw_max_elements=LABELS * 2)
+            memory = Memory(config=config, embedding_provider=HashingEmbeddingProvider(),
+                            get_current_time=lambda: clock[0])
+            print(f"reused {kept}", flush=True)
+        else:
+            memory = build(db, args.n, clock)
+            if kept is not None:
+                memory.close()
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(db, kept)
+                shutil.rmtree(kept.with_name(kept.name + ".log"), ignore_errors=True)
+                shutil.copytree(db.with_name(db.name + ".log"), kept.with_name(kept.name + ".log"))
+                memory = Memory(config=MemoryConfig(db_path=str(db), flush_interval=0.0, index_save_interval=0.0,
+                                                    hnsw_max_elements=LABELS * 2),
+                                embedding_provider=HashingEmbeddingProvider(), get_current_time=lambda: clock[0])
+        try:
+            one = memory.store.reader().execute("SELECT id FROM observations WHERE id % 97 = 3 LIMIT 1").fetchone()[0]
+            run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
+            run_case(memory, clock, "~10k by match 'red jacket'", match="red jacket")
+            ids = [f"obs-{r[0]}" for r in memory.store.reader().execute(
+                "SELECT id FROM observations WHERE layer='detections' ORDER BY id LIMIT 10000 OFFSET 1000")]
+            run_case(memory, clock, "10k by ids", ids=ids)
+        finally:
+            memory.close()
+    print(f"load after: {Path('/proc/loadavg').read_text().strip() if Path('/proc/loadavg').exists() else '?'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,379 @@
+"""Deleting selected rows from SQLite, in short write transactions, and what derives from them.
+
+Each batch is one ``store.write()``: observation rows go, their texts lose
+references (a text nothing refers to goes with its FTS entry and places),
+the places they counted shrink, their edges go. What the transaction
+removed is announced, so after COMMIT the store drops it from its vector
+index, R-tree and caches (``storage/events.py``). A batch is small enough
+to hold the writer lock for milliseconds: ingest flushes and questions
+interleave with a long forget.
+
+Gists, entities and episodes are handled after the observations: a gist is
+re-summarised from its remaining sources (no LLM: the plain digest, so a
+forget never waits on a model) or removed when none remain; an entity whose
+last sighting went is removed; text derived from forgotten content that
+no row links (an LLM summary quoting it, an episode summary) is found by
+the words and scrubbed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import re
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+
+import numpy as np
+
+from emem_ros.consolidation.gists import draft_gist
+from emem_ros.consolidation.rows import classify_layers, fetch_rows
+from emem_ros.consolidation.summaries import SummaryWriter
+from emem_ros.core.types import EdgeKind
+from emem_ros.storage import codec
+from emem_ros.storage.sqlutil import chunked, marks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emem_ros.consolidation.coldstore import ColdStore
+    from emem_ros.engine import Engine
+    from emem_ros.forgetting.selector import Selector
+
+log = logging.getLogger(__name__)
+
+SCRUBBED = "[forgotten]"
+TARGET_LOCK = 0.04
+"""Seconds of writer lock a deletion batch aims at (well under the 100 ms a flush or question may wait)."""
+FIRST_BATCH = 32
+MIN_BATCH = 16
+"""A transaction has a fixed cost (at 1M places, the R-tree columns are rewritten: ~0.1-0.2 s); below this
+many rows shrinking it further only multiplies that cost."""
+
+
+@dataclass
+class Erased:
+    observations: int = 0
+    texts: int = 0
+    places_removed: int = 0
+    places_updated: int = 0
+    edges: int = 0
+    gists_removed: int = 0
+    gists_resummarised: int = 0
+    entities_removed: int = 0
+    entities_updated: int = 0
+    episodes_scrubbed: int = 0
+    experiences_redacted: int = 0
+    transactions: int = 0
+    longest_lock: float = 0.0
+    gists: set[int] = field(default_factory=set)
+    entities: set[int] = field(default_factory=set)
+    removed_text_strings: list[str] = field(default_factory=list)
+
+
+class Eraser:
+    def __init__(self, engine: "Engine", erased: Erased, cold: Optional["ColdStore"] = None) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.erased = erased
+        self.cold = cold
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        """One short write transaction, timed from lock to commit (the longest is reported)."""
+        with self.store.write_lock:
+            started = time.perf_counter()
+            with self.store.write() as conn:
+                yield conn
+            held = time.perf_counter() - started
+        self.erased.transactions += 1
+        self.erased.longest_lock = max(self.erased.longest_lock, held)
+
+    # ------------------------------------------------------------------ observations
+    def observations(self, ids: Sequence[int], batch: int, target: float = TARGET_LOCK) -> None:
+        """In transactions sized so each holds the writer lock about ``target`` seconds (at most ``batch`` rows).
+
+        Most of a transaction's time is not SQL but the R-tree deleting the
+        places it emptied (~1-2 ms each), so the size adapts to what was measured.
+        """
+        size, start = min(batch, FIRST_BATCH), 0
+        while start < len(ids):
+            part = list(ids[start:start + size])
+            began = time.perf_counter()
+            with self._write() as conn:
+                self._observation_batch(conn, part)
+            held = time.perf_counter() - began
+            start += len(part)
+            if held > target and size > MIN_BATCH:
+                size = max(MIN_BATCH, int(size * target / held))
+            elif held < target / 2:
+                size = min(batch, size * 2)
+
+    def _observation_batch(self, conn: Any, ids: list[int]) -> None:
+        rows = []
+        for chunk in chunked(ids):
+            rows += conn.execute(
+                "SELECT id, text_id, gist_id, layer, source_type, x, y, z FROM observations"
+                f" WHERE id IN ({marks(len(chunk))})", chunk).fetchall()
+        if not rows:
+            return
+        refs: dict[int, int] = defaultdict(int)
+        cells: dict[tuple[int, str, int, int, int], list[float]] = {}
+        size = self.store.cell_size
+        for _i, text_id, gist_id, layer, source, x, y, z in rows:
+            if gist_id is not None:
+                self.erased.gists.add(gist_id)
+            if text_id is None:
+                continue
+            refs[text_id] += 1
+            if x is not None and y is not None and source != "interoception":
+                zz = z if z is not None else 0.0
+                key = (text_id, layer, math.floor(x / size), math.floor(y / size), math.floor(zz / size))
+                cell = cells.setdefault(key, [0, 0.0, 0.0, 0.0])
+                cell[0] += 1
+                cell[1] += x
+                cell[2] += y
+                cell[3] += zz
+        found = [r[0] for r in rows]
+        for chunk in chunked(found):
+            conn.execute(f"DELETE FROM observations WHERE id IN ({marks(len(chunk))})", chunk)
+        conn.executemany("UPDATE texts SET refs = refs - ? WHERE id = ?", [(n, t) for t, n in refs.items()])
+        self.erased.observations += len(found)
+        self._edges(conn, [f"obs-{i}" for i in found])
+        dead = self._dead_texts(conn, list(refs))
+        dead_ids = {d[0] for d in dead}
+        removed_places = self._remove_texts(conn, dead)
+        touched, gone = self._shrink_places(conn, {k: v for k, v in cells.items() if k[0] not in dead_ids})
+        self.store.announce(removed_texts=dead, removed_places=removed_places + gone, reshaped=True)
+        self.store.state.announced.touched_places.extend(touched)
+
+    def _dead_texts(self, conn: Any, text_ids: list[int]) -> list[tuple[int, str]]:
+        dead: list[tuple[int, str]] = []
+        for chunk in chunked(text_ids):
+            dead += conn.execute(f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))}) AND refs <= 0",
+                                 chunk).fetchall()
+        return dead
+
+    def _remove_texts(self, conn: Any, dead: list[tuple[int, str]]) -> list[int]:
+        """Text rows with their FTS entries and places; returns the place ids removed."""
+        if not dead:
+            return []
+        conn.executemany("INSERT INTO texts_fts(texts_fts, rowid, text) VALUES('delete', ?, ?)", dead)
+        place_ids: list[int] = []
+        for chunk in chunked([d[0] for d in dead]):
+            place_ids += [r[0] for r in conn.execute(
+                f"SELECT id FROM places WHERE text_id IN ({marks(len(chunk))})", chunk)]
+            conn.execute(f"DELETE FROM places WHERE text_id IN ({marks(len(chunk))})", chunk)
+            conn.execute(f"DELETE FROM texts WHERE id IN ({marks(len(chunk))})", chunk)
+        self.erased.texts += len(dead)
+        self.erased.places_removed += len(place_ids)
+        self.erased.removed_text_strings += [d[1] for d in dead]
+        return place_ids
+
+    def _shrink_places(self, conn: Any, cells: dict[tuple[int, str, int, int, int], list[float]]
+                       ) -> tuple[list[tuple[int, str, int, int, int]], list[int]]:
+        """Places of surviving texts count fewer observations; an emptied place goes."""
+        touched, gone = [], []
+        for key, (n, sx, sy, sz) in cells.items():
+            row = conn.execute("SELECT id, count FROM places WHERE text_id=? AND layer=? AND cx=? AND cy=? AND cz=?",
+                               key).fetchone()
+            if row is None:
+                continue
+            if row[1] <= n:
+                conn.execute("DELETE FROM places WHERE id=?", (row[0],))
+                gone.append(row[0])
+                self.erased.places_removed += 1
+                continue
+            text_id, layer = key[0], key[1]
+            s = self.store.cell_size
+            bounds = (key[2] * s, (key[2] + 1) * s, key[3] * s, (key[3] + 1) * s)
+            first, last, last_id = conn.execute(
+                "SELECT MIN(stamp), MAX(stamp), MAX(id) FROM observations WHERE text_id=? AND layer=?"
+                " AND x >= ? AND x < ? AND y >= ? AND y < ?", (text_id, layer, *bounds)).fetchone()
+            conn.execute("UPDATE places SET count = count - ?, sx = sx - ?, sy = sy - ?, sz = sz - ?,"
+                         " first_stamp = COALESCE(?, first_stamp), last_stamp = COALESCE(?, last_stamp),"
+                         " last_obs_id = COALESCE(?, last_obs_id) WHERE id = ?",
+                         (n, sx, sy, sz, first, last, last_id, row[0]))
+            touched.append(key)
+            self.erased.places_updated += 1
+        return touched, gone
+
+    def _edges(self, conn: Any, nodes: list[str]) -> None:
+        """Edges to or from the nodes; entities lose the sightings (OBSERVED_IN) that went."""
+        for chunk in chunked(nodes):
+            for (src,) in conn.execute(f"SELECT src FROM edges WHERE kind=? AND dst IN ({marks(len(chunk))})",
+                                       [EdgeKind.OBSERVED_IN.value, *chunk]):
+                if src.startswith("ent-"):
+                    self.erased.entities.add(int(src[4:]))
+            self.erased.edges += conn.execute(f"DELETE FROM edges WHERE dst IN ({marks(len(chunk))})",
+                                              chunk).rowcount
+            self.erased.edges += conn.execute(f"DELETE FROM edges WHERE src IN ({marks(len(chunk))})",
+                                              chunk).rowcount
+
+    # ------------------------------------------------------------------ texts nothing refers to
+    def orphan_texts(self, text_ids: Sequence[int]) -> None:
+        """Named texts no observation refers to any more (archived away earlier, or never linked)."""
+        for chunk in chunked(list(text_ids), 500):
+            with self._write() as conn:
+                dead = conn.execute(
+                    f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))}) AND NOT EXISTS"
+                    " (SELECT 1 FROM observations o WHERE o.text_id = texts.id)", list(chunk)).fetchall()
+                removed = self._remove_texts(conn, dead)
+                self.store.announce(removed_texts=dead, removed_places=removed, reshaped=bool(dead))
+
+    # ------------------------------------------------------------------ gists
+    def gists(self, selector: Optional["Selector"], touched_only: bool = False) -> None:
+        """Re-summarise touched gists from what remains, remove empty ones, and ones still quoting the words.
+
+        ``touched_only``: the gists the deleted rows fed were handled already (an earlier selector of the run).
+        """
+        touched = set() if touched_only else set(self.erased.gists)
+        if selector is not None and selector.words_only:
+            touched |= self._quoting("gists", "text", selector, "time_start", "time_end")
+        writer = SummaryWriter(None)
+        rows_of = {g: fetch_rows(self.store.reader(), "o.gist_id = ?", [g]) for g in sorted(touched)}
+        self._archived_texts([r for rows in rows_of.values() for r in rows])
+        for gist_id, rows in rows_of.items():
+            perceived = [r for r in rows if r.source_type != "interoception"]
+            old = self.store.reader().execute("SELECT text, metadata FROM gists WHERE id=?", (gist_id,)).fetchone()
+            if old is None:
+                continue
+            if not perceived:
+                self._remove_gist(gist_id, old[0], rows)
+                continue
+            metadata = json.loads(old[1]) if old[1] else {}
+            draft = draft_gist(rows, classify_layers(rows), writer, str(metadata.get("kind", "time_window")))
+            words = selector if selector is not None and selector.words_only else None
+            text = self._scrub(draft.text, words)
+            if words is not None and words.matches(text):
+                self._remove_gist(gist_id, old[0], rows)
+                continue
+            vector = self.engine.embed_texts([text])[0] if text else None
+            metadata.update(draft.metadata)
+            metadata["resummarised"] = "forget"
+            with self._write() as conn:
+                cx, cy, cz = draft.centroid if draft.centroid is not None else (None, None, None)
+                conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)",
+                             (gist_id, old[0]))
+                conn.execute("UPDATE gists SET text=?, cx=?, cy=?, cz=?, radius=?, time_start=?, time_end=?,"
+                             " source_count=?, layers=?, metadata=?, embedding=? WHERE id=?",
+                             (text, cx, cy, cz, draft.radius, draft.time_start, draft.time_end,
+                              len(draft.observation_ids), json.dumps(draft.layers), codec.dumps(metadata),
+                              codec.vector_to_blob(vector) if vector is not None else None, gist_id))
+                conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
+                self.store.announce(reshaped=True, rewritten=True)
+            self._drop_vector("gists", gist_id)
+            self.store.index_gist(gist_id, vector)
+            self.erased.gists_resummarised += 1
+
+    def _archived_texts(self, rows: list[Any]) -> None:
+        """Archived sources keep their text in the cold store only: a re-summary reads it from there."""
+        wanted = {f"obs-{r.id}": r for r in rows if r.text_id is None and not r.text}
+        if not wanted or self.cold is None:
+            return
+        for record in self.cold.iter_records(list(wanted)):
+            row = wanted.get(str(record.get("id")))
+            if row is not None and record.get("text"):
+                row.text = str(record["text"])
+
+    def _remove_gist(self, gist_id: int, text: str, rows: Sequence[Any]) -> None:
+        with self._write() as conn:
+            conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)", (gist_id, text))
+            conn.execute("UPDATE observations SET gist_id = NULL WHERE gist_id = ?", (gist_id,))
+            conn.execute("DELETE FROM gists WHERE id = ?", (gist_id,))
+            self._edges(conn, [f"gist-{gist_id}"])
+            self.store.announce(reshaped=True, rewritten=True)
+        self._drop_vector("gists", gist_id)
+        self.erased.gists_removed += 1
+
+    # ------------------------------------------------------------------ entities
+    def entities(self, named: set[int], selector: Optional["Selector"]) -> None:
+        """Named entities go; touched ones lose sightings and go when none is left."""
+        candidates = set(named) | self.erased.entities
+        if selector is not None and selector.words_only:
+            quoting = self._quoting("entities", "name", selector, "first_seen", "last_seen")
+            candidates |= quoting
+            named = named | quoting
+        reader = self.store.reader()
+        for number in sorted(candidates):
+            node = f"ent-{number}"
+            left = reader.execute("SELECT COUNT(*), COALESCE(SUM(weight), 0) FROM edges WHERE kind=? AND src=?",
+                                  (EdgeKind.OBSERVED_IN.value, node)).fetchone()
+            with self._write() as conn:
+                if number in named or left[0] == 0:
+                    if conn.execute("DELETE FROM entities WHERE id=?", (number,)).rowcount:
+                        self.erased.entities_removed += 1
+                    self._edges(conn, [node])
+                    self.store.announce(rewritten=True)
+                    removed = True
+                else:
+                    conn.execute("UPDATE entities SET sightings = MAX(1, ?) WHERE id=?", (int(left[1]), number))
+                    self.erased.entities_updated += 1
+                    removed = False
+            if removed:
+                self._drop_vector("entities", number)
+
+    # ------------------------------------------------------------------ episodes: scrub the words
+    def episodes(self, selector: Optional["Selector"]) -> None:
+        """Episode texts quoting the words or a removed text get the quote replaced (the episode stays)."""
+        pattern = self._scrub_pattern(selector if selector is not None and selector.words_only else None)
+        if pattern is None:
+            return
+        columns = ("name", "summary", "goal", "action", "result", "reflection")
+        where, params = ["1"], []
+        if selector is not None and selector.words_only and selector.until is not None:
+            where.append("COALESCE(end, start) <= ?")
+            params.append(selector.until)
+        reader = self.store.reader()
+        for row in reader.execute(f"SELECT id, {', '.join(columns)} FROM episodes WHERE {' AND '.join(where)}",
+                                  params).fetchall():
+            number, values = row[0], row[1:]
+            new = [pattern.sub(SCRUBBED, v) if isinstance(v, str) else v for v in values]
+            if new == list(values):
+                continue
+            text = new[1] or new[0]
+            vector = self.engine.embed_texts([text])[0] if text else None
+            with self._write() as conn:
+                conn.execute(f"UPDATE episodes SET {', '.join(c + '=?' for c in columns)}, embedding=? WHERE id=?",
+                             (*new, codec.vector_to_blob(vector) if vector is not None else None, number))
+                self.store.announce(rewritten=True)
+            self._drop_vector("episodes", number)
+            if vector is not None:
+                index, row = self.store.vectors["episodes"], vector.reshape(1, -1)
+                self.store.update_index("episodes", functools.partial(index.add, np.array([number]), row))
+            self.erased.episodes_scrubbed += 1
+
+    def _drop_vector(self, name: str, label: int) -> None:
+        self.store.update_index(name, functools.partial(self.store.vectors[name].remove, [label]))
+
+    def _quoting(self, table: str, column: str, selector: "Selector", start: str, end: str) -> set[int]:
+        """Rows of ``table`` whose ``column`` holds the words, within the selector's time range if any."""
+        words = (selector.match or "").split()
+        if not words:
+            return set()
+        where = [f"{column} LIKE ?" for _ in words]
+        params: list[Any] = [f"%{w}%" for w in words]
+        if selector.since is not None:
+            where.append(f"{start} >= ?")
+            params.append(selector.since)
+        if selector.until is not None:
+            where.append(f"{end} <= ?")
+            params.append(selector.until)
+        rows = self.store.reader().execute(f"SELECT id, {column} FROM {table} WHERE {' AND '.join(where)}",
+                                           params).fetchall()
+        return {i for i, text in rows if selector.matches(text)}
+
+    def _scrub_pattern(self, selector: Optional["Selector"]) -> Optional[re.Pattern[str]]:
+        parts = [r"(?<!\w)" + re.escape(t) + r"(?!\w)" for t in self.erased.removed_text_strings if len(t) >= 4]
+        if selector is not None and selector.pattern is not None:
+            parts.append(selector.pattern.pattern)
+        if not parts:
+            return None
+        return re.compile("|".join(f"(?:{p})" for p in parts[:2000]), re.IGNORECASE)
+
+    def _scrub(self, text: str, selector: Optional["Selector"]) -> str:
+        pattern = self._scrub_pattern(selector)
+        return pattern.sub(SCRUBBED, text) if pattern is not None and text else text
