@@ -50,7 +50,8 @@ LOCAL_COLUMNS: dict[str, frozenset[str]] = {
 POSITION_COLUMNS = {"observations": ("x", "y", "z"), "entities": ("x", "y", "z"), "experiences": ("x", "y", "z"),
                     "gists": ("cx", "cy", "cz")}
 FLEET_POSITION = {"observations": "position", "entities": "position", "experiences": "position", "gists": "center"}
-IGNORED_TABLES = frozenset({"places", "texts_fts", "gists_fts", "experiences_fts"})
+IGNORED_TABLES = frozenset({"places", "texts_fts", "gists_fts", "experiences_fts", "forget_log", "redactions"})
+"""Derived or robot-local tables: FTS mirrors, places, and the forget audit trail (erasure stays on the robot)."""
 ARCHIVAL_NULLS = {"observations": frozenset({"text_id", "metadata"})}
 """Columns the robot empties when it archives raw text; the fleet keeps its copy."""
 
