@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -21,6 +21,9 @@ MAX_RESULTS = 100
 
 
 class ToolEnv:
+    memfs: Optional[Callable[[], Any]] = None
+    """The memory's MemFS (``emem_ros/memfs``), when the facade offers one: the fs_* tools, agent sessions."""
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.store = engine.store

@@ -1,0 +1,265 @@
+"""fs_search: keyword (BM25 over chunks and descriptions), meaning (chunk and description vectors), or both.
+
+Hybrid by default: the chunk lists and the description lists are fused by
+reciprocal rank (``tools/hybrid.py``), so a note is found by its words, by
+what it means, or by what its description says. Filters (base folder, tags,
+owner, type, modification time, place) apply to the node of each hit; a
+base folder narrow enough restricts the vector search itself.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from emem_ros.memfs import tables
+from emem_ros.memfs.errors import FsError
+from emem_ros.memfs.paths import prefix_range
+from emem_ros.memfs.records import Node
+from emem_ros.tools.hybrid import MAX_FUSED, KeywordIndex, query_tokens, rrf
+
+if TYPE_CHECKING:
+    from emem_ros.memfs.session import Session
+
+MODES = ("hybrid", "keyword", "meaning")
+DEPTH = 40
+"""Candidates taken from each list before fusing."""
+PER_FILE = 3
+SNIPPET = 200
+_CHUNKS = KeywordIndex("fs_chunks_fts")
+_NODES = KeywordIndex("fs_nodes_fts")
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    description: str
+    kind: str
+    owner: str
+    modified: float
+    matched: str
+    """'content' (a chunk) or 'description' (the file's description, name or tags)."""
+    distance: Optional[float] = None
+    """Metres from the asked place (near_x/near_y)."""
+
+
+@dataclass(frozen=True)
+class _Filters:
+    prefix: str
+    tags: tuple[str, ...]
+    owner: Optional[str]
+    kind: Optional[str]
+    after: Optional[float]
+    before: Optional[float]
+    near: Optional[tuple[float, float, float]]
+
+
+def search(session: "Session", query: Any = None, path: Any = "/", mode: Any = "hybrid", tags: Any = None,
+           owner: Any = None, kind: Any = None, modified_after: Any = None, modified_before: Any = None,
+           near_x: Any = None, near_y: Any = None, radius: Any = None, n_results: Any = 10) -> list[SearchHit]:
+    from emem_ros.memfs.session import _int
+
+    if query is not None and not isinstance(query, str):
+        raise FsError(f"query must be text, got {query!r}")
+    query = query.strip() if query else None
+    if mode not in MODES:
+        raise FsError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    n = _int(n_results, "n_results", 10, 1, 100)
+    base = session.path(path or "/")
+    filters = _filters(session, base, tags, owner, kind, modified_after, modified_before, near_x, near_y, radius)
+    conn = session.fs.store.reader()
+    if not query:
+        return _browse(session, conn, filters, n)
+    keyword_chunks: list[int] = []
+    keyword_nodes: list[int] = []
+    if mode in ("hybrid", "keyword"):
+        keyword_chunks = _CHUNKS.search(conn, query, DEPTH)
+        keyword_nodes = _NODES.search(conn, query, DEPTH // 2)
+    vector_chunks: list[tuple[object, float]] = []
+    vector_nodes: list[tuple[object, float]] = []
+    if mode in ("hybrid", "meaning"):
+        vector = session.fs.engine.embed_query(query)
+        allowed = _allowed(conn, filters.prefix)
+        vector_chunks = _nearest(session, "fs_chunks", vector, DEPTH, allowed)
+        vector_nodes = _nearest(session, "fs_nodes", vector, DEPTH // 2, None)
+    fused = rrf([(("c", i), s) for (i, s) in vector_chunks] + [(("n", i), s) for (i, s) in vector_nodes],
+                [("c", i) for i in keyword_chunks] + [("n", i) for i in keyword_nodes])
+    ranked = sorted(fused.values(), key=lambda f: -f.score)
+    chunk_rows = _chunk_rows(conn, [f.key[1] for f in ranked if f.key[0] == "c"])  # type: ignore[index]
+    node_ids = {row[0] for row in chunk_rows.values()} | {f.key[1] for f in ranked if f.key[0] == "n"}  # type: ignore[index]
+    nodes = tables.nodes_by_id(conn, node_ids)
+    tokens = query_tokens(query)
+    hits: list[SearchHit] = []
+    per_file: dict[str, int] = {}
+    for item in ranked:
+        kind_, number = item.key  # type: ignore[misc]
+        if kind_ == "c":
+            row = chunk_rows.get(number)
+            if row is None:
+                continue
+            node = nodes.get(row[0])
+            start, end, text = row[1], row[2], row[3]
+        else:
+            node = nodes.get(number)
+            if node is None or node.kind != "file" and filters.kind == "file":
+                continue
+            start, end, text = 1, max(1, node.lines), node.description or node.name
+        if node is None:
+            continue
+        seen = _visible(session, node, filters)
+        if seen is None:
+            continue
+        distance = _distance(node, filters)
+        if filters.near is not None and distance is None:
+            continue
+        if per_file.get(seen, 0) >= PER_FILE or (kind_ == "n" and seen in per_file):
+            continue
+        per_file[seen] = per_file.get(seen, 0) + 1
+        score = round(item.score / MAX_FUSED, 4)
+        hits.append(SearchHit(seen, start, end, score, _snippet(text, tokens), node.description, node.kind,
+                              node.owner, node.modified, "content" if kind_ == "c" else "description", distance))
+        if len(hits) >= n:
+            break
+    return hits
+
+
+def _filters(session: "Session", base: str, tags: Any, owner: Any, kind: Any, after: Any, before: Any,
+             near_x: Any, near_y: Any, radius: Any) -> _Filters:
+    if tags is not None:
+        if isinstance(tags, str):
+            tags = [t for t in re.split(r"[,\s]+", tags) if t]
+        if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
+            raise FsError("tags must be a list of words")
+    if owner is not None and not isinstance(owner, str):
+        raise FsError("owner must be an agent id")
+    if kind not in (None, "file", "dir"):
+        raise FsError(f"type must be 'file' or 'dir', got {kind!r}")
+    if (near_x is None) != (near_y is None):
+        raise FsError("give both near_x and near_y to search near a place, or neither")
+    near = None
+    if near_x is not None:
+        try:
+            near = (float(near_x), float(near_y), float(radius) if radius is not None else 5.0)
+        except (TypeError, ValueError):
+            raise FsError("near_x, near_y and radius must be numbers (metres)") from None
+        if not all(math.isfinite(v) for v in near) or near[2] <= 0:
+            raise FsError("near_x and near_y must be finite and radius positive")
+    resolve = session.fs.engine.resolve_time
+    return _Filters(session.stored(base), tuple(t.strip().lower() for t in tags or ()), owner, kind,
+                    resolve(after) if after is not None else None, resolve(before) if before is not None else None,
+                    near)
+
+
+def _allowed(conn: Any, prefix: str) -> Optional[set[int]]:
+    """Chunk ids under a narrow base folder (None: search everything and filter after)."""
+    if prefix == "/":
+        return None
+    lo, hi = prefix_range(prefix)
+    rows = conn.execute("SELECT c.id FROM fs_nodes n JOIN fs_chunks c ON c.node_id = n.id"
+                        " WHERE (n.path = ? OR (n.path >= ? AND n.path < ?)) LIMIT 20001", (prefix, lo, hi)).fetchall()
+    if len(rows) > 20000:
+        return None
+    return {int(r[0]) for r in rows}
+
+
+def _nearest(session: "Session", name: str, vector: np.ndarray, k: int,
+             allowed: Optional[set[int]]) -> list[tuple[int, float]]:
+    index = session.fs.store.vectors[name]
+    if allowed is not None and not allowed:
+        return []
+    labels, sims = index.search(vector, k, allowed.__contains__ if allowed is not None else None)
+    return [(int(label), float(sim)) for label, sim in zip(labels, sims)]
+
+
+def _chunk_rows(conn: Any, ids: list[int]) -> dict[int, tuple[int, int, int, str]]:
+    out: dict[int, tuple[int, int, int, str]] = {}
+    for start in range(0, len(ids), 900):
+        part = ids[start:start + 900]
+        for row in conn.execute(f"SELECT id, node_id, start_line, end_line, text FROM fs_chunks WHERE id IN"
+                                f" ({','.join('?' * len(part))})", part):
+            out[row[0]] = (row[1], row[2], row[3], row[4])
+    return out
+
+
+def _visible(session: "Session", node: Node, filters: _Filters) -> Optional[str]:
+    """The path the session sees for a hit passing the filters, else None."""
+    prefix = filters.prefix
+    if prefix != "/" and node.path != prefix and not node.path.startswith(prefix.rstrip("/") + "/"):
+        return None
+    seen = session.visible(node.path)
+    if seen is None:
+        return None
+    if filters.tags and not set(filters.tags) <= set(node.tags):
+        return None
+    if filters.owner is not None and node.owner != filters.owner:
+        return None
+    if filters.kind is not None and node.kind != filters.kind:
+        return None
+    if filters.after is not None and node.modified < filters.after:
+        return None
+    if filters.before is not None and node.modified > filters.before:
+        return None
+    return seen
+
+
+def _distance(node: Node, filters: _Filters) -> Optional[float]:
+    if filters.near is None or node.place is None:
+        return None
+    x, y, radius = filters.near
+    d = math.hypot(node.place[0] - x, node.place[1] - y)
+    return round(d, 2) if d <= radius else None
+
+
+def _browse(session: "Session", conn: Any, filters: _Filters, n: int) -> list[SearchHit]:
+    """No query: the newest nodes passing the filters."""
+    from emem_ros.memfs.records import NODE_COLUMNS
+
+    sql = f"SELECT {NODE_COLUMNS} FROM fs_nodes"
+    params: list[Any] = []
+    if filters.prefix != "/":
+        lo, hi = prefix_range(filters.prefix)
+        sql += " WHERE path >= ? AND path < ?"
+        params = [lo, hi]
+    if filters.near is not None:
+        x, y, r = filters.near
+        sql += (" AND" if params else " WHERE") + " x BETWEEN ? AND ? AND y BETWEEN ? AND ?"
+        params += [x - r, x + r, y - r, y + r]
+    sql += " ORDER BY modified DESC LIMIT 2000"
+    hits = []
+    for row in conn.execute(sql, params):
+        node = Node.from_row(row)
+        if filters.kind is None and node.kind == "dir":
+            continue
+        seen = _visible(session, node, filters)
+        distance = _distance(node, filters)
+        if seen is None or (filters.near is not None and distance is None):
+            continue
+        hits.append(SearchHit(seen, 1, max(1, node.lines), 1.0, node.description, node.description, node.kind,
+                              node.owner, node.modified, "filters", distance))
+        if len(hits) >= n:
+            break
+    if filters.near is not None:
+        hits.sort(key=lambda h: h.distance or 0.0)
+    return hits
+
+
+def _snippet(text: str, tokens: list[str]) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    best = lines[0]
+    if tokens:
+        scored = [(sum(t in line.lower() for t in tokens), -i, line) for i, line in enumerate(lines)]
+        top = max(scored)
+        if top[0] > 0:
+            best = top[2]
+    best = best.strip()
+    return best if len(best) <= SNIPPET else best[:SNIPPET - 3] + "..."
