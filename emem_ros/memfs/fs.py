@@ -185,6 +185,19 @@ class MemFS:
             self.commit(None, "layout", "/", changes, summary="created the fixed layout",
                         contents={AGENTS_MD: AGENTS_TEXT})
 
+    def mount(self, name: str, description: str = "") -> str:
+        """Make the shared folder /mnt/<name> (read-write for every agent); returns its path."""
+        from emem_ros.memfs.paths import normalise
+
+        path = normalise(f"/mnt/{name}")
+        if path.count("/") != 2 or "@" in path:
+            raise FsError(f"a mount is one folder name under /mnt, got {name!r}")
+        if self.node(path) is None:
+            self.commit(None, "mount", path, [Change(path, self.dir_state(path, SYSTEM, {
+                "description": description or f"shared folder {name}", "perms": "rwx"}))],
+                summary=f"mounted {path}")
+        return path
+
     # ------------------------------------------------------------------ states
     def dir_state(self, path: str, owner: str, meta: Optional[dict[str, Any]] = None) -> NodeState:
         base = {"description": "", "tags": [], "perms": default_perms(path, "dir"), "owner": owner}

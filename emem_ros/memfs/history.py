@@ -2,7 +2,8 @@
 
 Undoing an operation puts every path it touched back to its state just
 before it (a new version; the undone op is marked ``undone_by``); it is
-refused, with the name of who changed it, when a path moved on since. Each
+refused, with the name of who changed it, when a path holds something else
+than what the operation left (undoing one's later operations first is fine). Each
 step reads one version row per path through the (path, version) index, so
 its cost does not grow with the length of the history.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from emem_ros.memfs import tables
 from emem_ros.memfs.errors import Conflict, FsError, NotFound
-from emem_ros.memfs.records import Change, LogEntry, OpResult
+from emem_ros.memfs.records import Change, LogEntry, NodeState, OpResult
 
 if TYPE_CHECKING:
     from emem_ros.memfs.session import Session
@@ -71,12 +72,12 @@ def undo_op(session: "Session", op_id: int) -> OpResult:
     for path, version in tables.op_versions(conn, op_id):
         current = tables.node(conn, path)
         have = current.version if current is not None else 0
-        now_latest = tables.next_version(conn, path) - 1
-        if now_latest != version:
-            who = _who(conn, path)
+        _, after = tables.version_state(conn, path, version)
+        if not _same(after, current.state() if current is not None else None):
+            latest = tables.next_version(conn, path) - 1
             raise Conflict(f"cannot undo operation {op_id} ({row[0]} {_shown(session, row[1])}):"
-                           f" {_shown(session, path)} changed since (version {now_latest}{who}); restore the"
-                           f" version you want with fs_restore instead")
+                           f" {_shown(session, path)} changed since (version {latest}{_who(conn, path)}); restore"
+                           f" the version you want with fs_restore instead")
         changes.append(Change(path, tables.previous_state(conn, path, version), have))
     result = session.fs.commit(session, "undo", row[1], _parents_first(changes), summary=f"undid operation {op_id}",
                                undo_of=op_id)
@@ -124,6 +125,18 @@ def diff(session: "Session", path: Any, v1: Any, v2: Any = None) -> str:
     lines = difflib.unified_diff(texts[0].splitlines(keepends=True), texts[1].splitlines(keepends=True),
                                  f"{visible}@{a}", f"{visible}@{b}")
     return "".join(lines) or f"{visible}: versions {a} and {b} hold the same content\n"
+
+
+def _same(a: Optional[NodeState], b: Optional[NodeState]) -> bool:
+    """Two states hold the same thing (undoing later operations first brings a path back to this one)."""
+    if a is None or b is None:
+        return a is b
+    keys = ("description", "tags", "perms", "owner", "x", "y", "z", "frame_id", "entity_id")
+
+    def norm(state: NodeState) -> tuple[object, ...]:
+        return tuple(list(v) if isinstance(v := state.meta.get(k), (list, tuple)) else (v or None) for k in keys)
+
+    return a.kind == b.kind and a.blob == b.blob and norm(a) == norm(b)
 
 
 def _parents_first(changes: list[Change]) -> list[Change]:

@@ -60,6 +60,11 @@ def agents_may_read(path: str) -> bool:
 
 def check_agent_write(path: str, what: str = "change") -> None:
     """Raise PermissionDenied (naming where the agent may write) unless an agent may ``what`` ``path``."""
+    top = "/" + path.strip("/").split("/")[0] if path != "/" else "/"
+    if top not in ROOT_FOLDERS and path != top and top != AGENTS_MD:
+        raise PermissionDenied(
+            f"cannot {what} {path}: {top} would be a new folder at the root, and nothing can be created there;"
+            f" use /memory{path} instead")
     if path == "/" or parent_of(path) == "/":
         if path in ROOT_FOLDERS or path == AGENTS_MD:
             raise PermissionDenied(
