@@ -1,4 +1,4 @@
-"""Version control: log, diff, undo and restore. Undo and restore are new operations, never erasures.
+"""Version control: log, diff, undo and restore (``session`` is a ``session.Session``). Undo and restore are new operations, never erasures.
 
 Undoing an operation puts every path it touched back to its state just
 before it (a new version; the undone op is marked ``undone_by``); it is
@@ -11,23 +11,20 @@ its cost does not grow with the length of the history.
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from emem_ros.memfs import tables
+import emem_ros.memfs.tables as tables
+from emem_ros.memfs.args import whole
 from emem_ros.memfs.errors import Conflict, FsError, NotFound
 from emem_ros.memfs.records import Change, LogEntry, NodeState, OpResult
 
-if TYPE_CHECKING:
-    from emem_ros.memfs.session import Session
 
 UNDOABLE_LIMIT = 50
 
 
-def log(session: "Session", path: Any = None, limit: Any = 20) -> list[LogEntry]:
+def log(session: Any, path: Any = None, limit: Any = 20) -> list[LogEntry]:
     """Newest first; paths shown as the session sees them (other sessions' private paths left out)."""
-    from emem_ros.memfs.session import _int
-
-    count = _int(limit, "limit", 20, 1, 1000)
+    count = whole(limit, "limit", 20, 1, 1000)
     stored = session.stored(session.path(path)) if path not in (None, "", "/") else None
     entries = tables.log_entries(session.fs.store.reader(), stored, count * 2 if not session.system else count)
     out = []
@@ -45,11 +42,9 @@ def log(session: "Session", path: Any = None, limit: Any = 20) -> list[LogEntry]
     return out[:count]
 
 
-def undo(session: "Session", n: Any = 1) -> list[OpResult]:
+def undo(session: Any, n: Any = 1) -> list[OpResult]:
     """Revert this agent's last ``n`` operations not undone yet, newest first."""
-    from emem_ros.memfs.session import _int
-
-    count = _int(n, "n", 1, 1, UNDOABLE_LIMIT)
+    count = whole(n, "n", 1, 1, UNDOABLE_LIMIT)
     conn = session.fs.store.reader()
     rows = conn.execute(
         "SELECT id, op, path FROM fs_ops WHERE agent = ? AND undone_by IS NULL AND undo_of IS NULL"
@@ -60,7 +55,7 @@ def undo(session: "Session", n: Any = 1) -> list[OpResult]:
     return [undo_op(session, int(op_id)) for op_id, _, _ in rows]
 
 
-def undo_op(session: "Session", op_id: int) -> OpResult:
+def undo_op(session: Any, op_id: int) -> OpResult:
     """Put every path operation ``op_id`` touched back to its state before it (one new operation)."""
     conn = session.fs.store.reader()
     row = conn.execute("SELECT op, path, undone_by FROM fs_ops WHERE id = ?", (op_id,)).fetchone()
@@ -84,12 +79,10 @@ def undo_op(session: "Session", op_id: int) -> OpResult:
     return session._done(result)
 
 
-def restore(session: "Session", path: Any, version: Any) -> OpResult:
+def restore(session: Any, path: Any, version: Any) -> OpResult:
     """Make ``path`` what it was at ``version`` (a new version; later ones are kept)."""
-    from emem_ros.memfs.session import _int
-
     visible = session.path(path)
-    number = _int(version, "version", 1, 1, 10**12)
+    number = whole(version, "version", 1, 1, 10**12)
     stored = session.stored(visible)
     conn = session.fs.store.reader()
     exists, state = tables.version_state(conn, stored, number)
@@ -106,16 +99,14 @@ def restore(session: "Session", path: Any, version: Any) -> OpResult:
     return session._done(result)
 
 
-def diff(session: "Session", path: Any, v1: Any, v2: Any = None) -> str:
+def diff(session: Any, path: Any, v1: Any, v2: Any = None) -> str:
     """A unified diff of ``path`` between two versions (``v2`` None: the current one)."""
-    from emem_ros.memfs.session import _int
-
     visible = session.path(path)
     stored = session.stored(visible)
     conn = session.fs.store.reader()
-    a = _int(v1, "v1", 1, 1, 10**12)
+    a = whole(v1, "v1", 1, 1, 10**12)
     latest = tables.next_version(conn, stored) - 1
-    b = _int(v2, "v2", latest, 1, 10**12)
+    b = whole(v2, "v2", latest, 1, 10**12)
     texts = []
     for number in (a, b):
         exists, state = tables.version_state(conn, stored, number)
@@ -152,7 +143,7 @@ def _who(conn: Any, path: str) -> str:
     return f", {row[1]} by {row[0]}" if row else ""
 
 
-def _shown(session: "Session", path: Optional[str]) -> str:
+def _shown(session: Any, path: Optional[str]) -> str:
     if path is None:
         return ""
     return session.visible(path) or path

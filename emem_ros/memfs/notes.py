@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from emem_ros.memfs import tables
+import emem_ros.memfs.tables as tables
 from emem_ros.memfs.records import NODE_COLUMNS, Node
 
 if TYPE_CHECKING:

@@ -12,23 +12,24 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import numpy as np
 
-from emem_ros.memfs import tables
+import emem_ros.memfs.tables as tables
+from emem_ros.memfs.args import whole
 from emem_ros.memfs.errors import FsError
 from emem_ros.memfs.paths import prefix_range
-from emem_ros.memfs.records import Node
+from emem_ros.memfs.records import NODE_COLUMNS, Node
 from emem_ros.tools.hybrid import MAX_FUSED, KeywordIndex, query_tokens, rrf
 
-if TYPE_CHECKING:
-    from emem_ros.memfs.session import Session
 
 MODES = ("hybrid", "keyword", "meaning")
 DEPTH = 40
 """Candidates taken from each list before fusing."""
 PER_FILE = 3
+EXACT_LIMIT = 4096
+"""Chunks under a base folder up to which the vector side scores them exactly instead of walking the graph."""
 SNIPPET = 200
 _CHUNKS = KeywordIndex("fs_chunks_fts")
 _NODES = KeywordIndex("fs_nodes_fts")
@@ -62,17 +63,15 @@ class _Filters:
     near: Optional[tuple[float, float, float]]
 
 
-def search(session: "Session", query: Any = None, path: Any = "/", mode: Any = "hybrid", tags: Any = None,
+def search(session: Any, query: Any = None, path: Any = "/", mode: Any = "hybrid", tags: Any = None,
            owner: Any = None, kind: Any = None, modified_after: Any = None, modified_before: Any = None,
            near_x: Any = None, near_y: Any = None, radius: Any = None, n_results: Any = 10) -> list[SearchHit]:
-    from emem_ros.memfs.session import _int
-
     if query is not None and not isinstance(query, str):
         raise FsError(f"query must be text, got {query!r}")
     query = query.strip() if query else None
     if mode not in MODES:
         raise FsError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    n = _int(n_results, "n_results", 10, 1, 100)
+    n = whole(n_results, "n_results", 10, 1, 100)
     base = session.path(path or "/")
     filters = _filters(session, base, tags, owner, kind, modified_after, modified_before, near_x, near_y, radius)
     conn = session.fs.store.reader()
@@ -131,7 +130,7 @@ def search(session: "Session", query: Any = None, path: Any = "/", mode: Any = "
     return hits
 
 
-def _filters(session: "Session", base: str, tags: Any, owner: Any, kind: Any, after: Any, before: Any,
+def _filters(session: Any, base: str, tags: Any, owner: Any, kind: Any, after: Any, before: Any,
              near_x: Any, near_y: Any, radius: Any) -> _Filters:
     if tags is not None:
         if isinstance(tags, str):
@@ -170,11 +169,23 @@ def _allowed(conn: Any, prefix: str) -> Optional[set[int]]:
     return {int(r[0]) for r in rows}
 
 
-def _nearest(session: "Session", name: str, vector: np.ndarray, k: int,
+def _nearest(session: Any, name: str, vector: np.ndarray, k: int,
              allowed: Optional[set[int]]) -> list[tuple[int, float]]:
     index = session.fs.store.vectors[name]
     if allowed is not None and not allowed:
         return []
+    if allowed is not None and len(allowed) <= EXACT_LIMIT:
+        # A narrow folder: score its chunks exactly (a filtered graph walk visits far more nodes than this).
+        labels = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
+        try:
+            vectors = index.vectors_of(labels)
+        except RuntimeError:  # a label the index misses (being repaired): fall back to the filtered walk
+            pass
+        else:
+            query = np.asarray(vector, dtype=np.float32)
+            sims = vectors @ (query / (float(np.linalg.norm(query)) or 1.0))
+            order = np.argsort(-sims)[:k]
+            return [(int(labels[i]), float(sims[i])) for i in order]
     labels, sims = index.search(vector, k, allowed.__contains__ if allowed is not None else None)
     return [(int(label), float(sim)) for label, sim in zip(labels, sims)]
 
@@ -189,7 +200,7 @@ def _chunk_rows(conn: Any, ids: list[int]) -> dict[int, tuple[int, int, int, str
     return out
 
 
-def _visible(session: "Session", node: Node, filters: _Filters) -> Optional[str]:
+def _visible(session: Any, node: Node, filters: _Filters) -> Optional[str]:
     """The path the session sees for a hit passing the filters, else None."""
     prefix = filters.prefix
     if prefix != "/" and node.path != prefix and not node.path.startswith(prefix.rstrip("/") + "/"):
@@ -218,10 +229,8 @@ def _distance(node: Node, filters: _Filters) -> Optional[float]:
     return round(d, 2) if d <= radius else None
 
 
-def _browse(session: "Session", conn: Any, filters: _Filters, n: int) -> list[SearchHit]:
+def _browse(session: Any, conn: Any, filters: _Filters, n: int) -> list[SearchHit]:
     """No query: the newest nodes passing the filters."""
-    from emem_ros.memfs.records import NODE_COLUMNS
-
     sql = f"SELECT {NODE_COLUMNS} FROM fs_nodes"
     params: list[Any] = []
     if filters.prefix != "/":

@@ -15,18 +15,20 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from emem_ros.memfs import tables, virtual
+import emem_ros.memfs.history as history
+import emem_ros.memfs.search as search_
+import emem_ros.memfs.tables as tables
+import emem_ros.memfs.virtual as virtual
+from emem_ros.memfs.args import whole as _int
 from emem_ros.memfs.errors import (AlreadyExists, Conflict, FsError, IsADirectory, NotADirectory, NotFound,
                                    PermissionDenied, closest_line)
-from emem_ros.memfs.fs import check_text
+from emem_ros.memfs.core import FsCore, check_text
 from emem_ros.memfs.layout import CONVERSATIONS, CURRENT, SYSTEM, TMP, check_agent_write
 from emem_ros.memfs.paths import ancestors, is_under, join, name_of, normalise, parent_of
 from emem_ros.memfs.records import Change, Node, OpResult
 
-if TYPE_CHECKING:
-    from emem_ros.memfs.fs import MemFS
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _counter = itertools.count(1)
@@ -84,7 +86,7 @@ class ReadResult:
 
 @dataclass
 class Session:
-    fs: "MemFS"
+    fs: FsCore
     agent_id: str
     system: bool = False
     id: str = ""
@@ -461,38 +463,25 @@ class Session:
 
     # ------------------------------------------------------------------ history and search (history.py, search.py)
     def log(self, path: Any = None, limit: Any = 20) -> list[Any]:
-        from emem_ros.memfs import history
         return history.log(self, path, limit)
 
     def undo(self, n: Any = 1) -> list[OpResult]:
-        from emem_ros.memfs import history
         return history.undo(self, n)
 
     def restore(self, path: Any, version: Any) -> OpResult:
-        from emem_ros.memfs import history
         return history.restore(self, path, version)
 
     def diff(self, path: Any, v1: Any, v2: Any = None) -> str:
-        from emem_ros.memfs import history
         return history.diff(self, path, v1, v2)
 
     def search(self, query: Any = None, path: Any = "/", **filters: Any) -> list[Any]:
-        from emem_ros.memfs import search
-        return search.search(self, query, path, **filters)
+        return search_.search(self, query, path, **filters)
 
 
 def _iso(stamp: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
 
-def _int(value: Any, name: str, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise FsError(f"{name} must be a whole number, got {value!r}")
-    if not low <= int(value) <= high:
-        raise FsError(f"{name} must be between {low} and {high}, got {value}")
-    return int(value)
 
 
 def _meta(description: Any = None, tags: Any = None, x: Any = None, y: Any = None, z: Any = None,

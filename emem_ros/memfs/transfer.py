@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from emem_ros.memfs import tables
+import emem_ros.memfs.tables as tables
 from emem_ros.memfs.chunks import content_hash
 from emem_ros.memfs.layout import SYSTEM
 from emem_ros.memfs.paths import ancestors
@@ -53,9 +53,9 @@ def export_nodes(conn: sqlite3.Connection, write: Callable[[dict[str, Any]], Non
 
 def import_nodes(engine: "Engine", records: list[dict[str, Any]], fs: Any = None) -> tuple[int, int, int]:
     """Merge ``fsnode`` records; returns (added, already there, updated)."""
-    from emem_ros.memfs.fs import MemFS
+    from emem_ros.memfs.core import FsCore
 
-    memfs = fs if fs is not None else MemFS(engine)
+    memfs = fs if fs is not None else FsCore(engine)
     conn = engine.store.reader()
     changes: list[Change] = []
     contents: dict[str, str] = {}
