@@ -30,8 +30,8 @@ from emem_ros.agent.transfer_format import RecordWriter, TransferError, vector_t
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.errors import StoreError
-from emem_ros.memfs.transfer import export_nodes
 from emem_ros.core.types import NodeKind, SourceType, Tier, make_id
+from emem_ros.memfs.transfer import export_nodes
 from emem_ros.storage.sqlutil import marks
 
 CHUNK = 900

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from emem_ros.memfs.transfer import import_nodes
 from emem_ros.agent.transfer_format import (
     Verified,
     parse_line,
@@ -57,6 +56,7 @@ from emem_ros.agent.transfer_format import (
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.types import EpisodeStatus, NodeKind, SourceType, Tier, make_id
+from emem_ros.memfs.transfer import import_nodes
 from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 from emem_ros.storage.store import NewObservation
 

@@ -67,7 +67,7 @@ def handler(args: argparse.Namespace) -> int:
                 source = Path(args.source)
                 if not source.is_file():
                     raise InvalidInputError(f"no file at {source}")
-                content = source.read_bytes()  # type: ignore[assignment]  # check_text decodes and refuses binary
+                content = source.read_bytes()  # check_text decodes it and refuses binary
                 name = args.name or source.name
             if not name:
                 raise InvalidInputError("give a name for the file read from standard input")

@@ -13,6 +13,7 @@ paths agents see and enforce the layout.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
@@ -329,13 +330,14 @@ class FsCore:
             ids = np.array([i for i, _ in added], dtype=np.int64)
             vectors = np.stack([codec.blob_to_vector(b, dim) for _, b in added])
             store.update_index("fs_chunks", lambda: store.vectors["fs_chunks"].add(ids, vectors))
+        nodes = store.vectors["fs_nodes"]
         for node_id, blob in node_vectors:
             if blob is None:
-                store.update_index("fs_nodes", lambda n=node_id: store.vectors["fs_nodes"].remove([n]))
+                store.update_index("fs_nodes", functools.partial(nodes.remove, [node_id]))
             else:
                 vector = codec.blob_to_vector(blob, dim).reshape(1, -1)
-                store.update_index("fs_nodes", lambda n=node_id, v=vector: store.vectors["fs_nodes"].add(
-                    np.array([n], dtype=np.int64), v))
+                store.update_index("fs_nodes", functools.partial(nodes.add, np.array([node_id], dtype=np.int64),
+                                                                 vector))
 
     def _robot_xy(self) -> Optional[tuple[float, float]]:
         try:

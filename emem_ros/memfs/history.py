@@ -18,7 +18,6 @@ from emem_ros.memfs.args import whole
 from emem_ros.memfs.errors import Conflict, FsError, NotFound
 from emem_ros.memfs.records import Change, LogEntry, NodeState, OpResult
 
-
 UNDOABLE_LIMIT = 50
 
 

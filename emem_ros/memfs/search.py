@@ -23,7 +23,6 @@ from emem_ros.memfs.paths import prefix_range
 from emem_ros.memfs.records import NODE_COLUMNS, Node
 from emem_ros.tools.hybrid import MAX_FUSED, KeywordIndex, query_tokens, rrf
 
-
 MODES = ("hybrid", "keyword", "meaning")
 DEPTH = 40
 """Candidates taken from each list before fusing."""
@@ -82,8 +81,8 @@ def search(session: Any, query: Any = None, path: Any = "/", mode: Any = "hybrid
     if mode in ("hybrid", "keyword"):
         keyword_chunks = _CHUNKS.search(conn, query, DEPTH)
         keyword_nodes = _NODES.search(conn, query, DEPTH // 2)
-    vector_chunks: list[tuple[object, float]] = []
-    vector_nodes: list[tuple[object, float]] = []
+    vector_chunks: list[tuple[int, float]] = []
+    vector_nodes: list[tuple[int, float]] = []
     if mode in ("hybrid", "meaning"):
         vector = session.fs.engine.embed_query(query)
         allowed = _allowed(conn, filters.prefix)
@@ -92,14 +91,14 @@ def search(session: Any, query: Any = None, path: Any = "/", mode: Any = "hybrid
     fused = rrf([(("c", i), s) for (i, s) in vector_chunks] + [(("n", i), s) for (i, s) in vector_nodes],
                 [("c", i) for i in keyword_chunks] + [("n", i) for i in keyword_nodes])
     ranked = sorted(fused.values(), key=lambda f: -f.score)
-    chunk_rows = _chunk_rows(conn, [f.key[1] for f in ranked if f.key[0] == "c"])  # type: ignore[index]
-    node_ids = {row[0] for row in chunk_rows.values()} | {f.key[1] for f in ranked if f.key[0] == "n"}  # type: ignore[index]
+    keys: list[tuple[str, int]] = [f.key for f in ranked]  # type: ignore[misc]  # the (list, id) keys given above
+    chunk_rows = _chunk_rows(conn, [number for which, number in keys if which == "c"])
+    node_ids = {row[0] for row in chunk_rows.values()} | {number for which, number in keys if which == "n"}
     nodes = tables.nodes_by_id(conn, node_ids)
     tokens = query_tokens(query)
     hits: list[SearchHit] = []
     per_file: dict[str, int] = {}
-    for item in ranked:
-        kind_, number = item.key  # type: ignore[misc]
+    for item, (kind_, number) in zip(ranked, keys):
         if kind_ == "c":
             row = chunk_rows.get(number)
             if row is None:

@@ -22,13 +22,19 @@ import emem_ros.memfs.search as search_
 import emem_ros.memfs.tables as tables
 import emem_ros.memfs.virtual as virtual
 from emem_ros.memfs.args import whole as _int
-from emem_ros.memfs.errors import (AlreadyExists, Conflict, FsError, IsADirectory, NotADirectory, NotFound,
-                                   PermissionDenied, closest_line)
 from emem_ros.memfs.core import FsCore, check_text
+from emem_ros.memfs.errors import (
+    AlreadyExists,
+    Conflict,
+    FsError,
+    IsADirectory,
+    NotFound,
+    PermissionDenied,
+    closest_line,
+)
 from emem_ros.memfs.layout import CONVERSATIONS, CURRENT, SYSTEM, TMP, check_agent_write
 from emem_ros.memfs.paths import ancestors, is_under, join, name_of, normalise, parent_of
 from emem_ros.memfs.records import Change, Node, OpResult
-
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _counter = itertools.count(1)

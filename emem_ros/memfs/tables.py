@@ -76,7 +76,7 @@ def stored_vectors(conn: sqlite3.Connection, hashes: Sequence[str]) -> dict[str,
 
 def node_chunks(conn: sqlite3.Connection, node_id: int) -> list[tuple[int, int, int, str]]:
     """(id, start, end, hash) of a node's chunks."""
-    return [tuple(r) for r in conn.execute(  # type: ignore[misc]
+    return [(int(r[0]), int(r[1]), int(r[2]), str(r[3])) for r in conn.execute(
         "SELECT id, start_line, end_line, hash FROM fs_chunks WHERE node_id = ? ORDER BY start_line", (node_id,))]
 
 

@@ -37,8 +37,8 @@ import numpy as np
 from emem_ros.core.types import NodeKind, make_id, rounded
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE
-from emem_ros.storage.sqlutil import marks
 from emem_ros.memfs.notes import pinned_near
+from emem_ros.storage.sqlutil import marks
 from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.env import ToolEnv
