@@ -222,12 +222,14 @@ FS_TOOLS: tuple[ToolDef, ...] = (
                                                            "showed you)."),
                          "agent_id": AGENT}, ("path", "old_text", "new_text"))),
     ToolDef(name="fs_mkdir", run=fs_mkdir, kind="action", description=(
-        "Make a folder (and its parents), e.g. /memory/people."),
+        "Make a folder (and any missing parents), e.g. /memory/people, with an optional description of what "
+        "it will hold. fs_write makes folders by itself; use this to organise ahead."),
         parameters=_obj({"path": _p("string", "Folder to make."),
                          "description": _p("string", "What the folder holds."),
                          "agent_id": AGENT}, ("path",))),
     ToolDef(name="fs_mv", run=fs_mv, kind="action", description=(
-        "Move or rename a file or folder (into a folder if the destination is one)."),
+        "Move or rename a file or folder (into a folder if the destination is an existing one). Its history "
+        "follows it; fs_undo moves it back."),
         parameters=_obj({"source": _p("string", "What to move."),
                          "destination": _p("string", "The new path, or an existing folder to move it into."),
                          "agent_id": AGENT}, ("source", "destination"))),
