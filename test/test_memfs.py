@@ -302,3 +302,33 @@ def test_the_emem_fs_command(make_memory, tmp_path, capsys):
     with pytest.raises(PermissionDenied):
         agent.write("/raw/artifacts/map.txt", "mine")
     assert json.dumps(agent.peek("/raw/artifacts/map.txt").description) == '"map legend"'
+
+
+def test_concurrent_edits_of_one_file_let_exactly_one_through(memory):
+    import threading
+
+    fs = memory.fs
+    fs.mount("team")
+    fs.session("setup").write("/mnt/team/list.md", "- milk\n")
+    agents = [fs.session(f"agent{n}") for n in range(4)]
+    for agent in agents:
+        agent.read("/mnt/team/list.md")
+    barrier = threading.Barrier(len(agents))
+    outcomes: list[str] = []
+
+    def edit(agent):
+        barrier.wait()
+        try:
+            agent.edit("/mnt/team/list.md", "- milk\n", f"- milk\n- eggs from {agent.agent_id}\n")
+            outcomes.append("ok")
+        except Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=edit, args=(a,)) for a in agents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["conflict"] * 3 + ["ok"]
+    text = fs.system.text("/mnt/team/list.md")
+    assert text.count("eggs") == 1 and fs.node("/mnt/team/list.md").version == 2

@@ -206,7 +206,10 @@ class FsCore:
             if change.check_absent and current is not None:
                 if change.state is not None and change.state.kind == "dir" and current.is_dir:
                     continue
-                raise AlreadyExists(f"{change.path} already exists")
+                if current.is_dir:
+                    raise AlreadyExists(f"{change.path} is a folder now; pick another name")
+                raise Conflict(f"{change.path} was created by {self._last_writer(conn, change.path)} meanwhile."
+                               f" Nothing was written; read it (fs_read) and merge your text into it")
             if change.from_path is not None and tables.node(conn, change.path) is not None:
                 raise AlreadyExists(f"{change.path} already exists; remove it first or pick another name")
             if change.expected is not None:
@@ -214,6 +217,12 @@ class FsCore:
                 if have != change.expected:
                     raise Conflict(self._conflict_message(conn, key, change.expected, have))
         return currents
+
+    @staticmethod
+    def _last_writer(conn: Any, path: str) -> str:
+        row = conn.execute("SELECT o.agent FROM fs_versions v JOIN fs_ops o ON o.id = v.op_id WHERE v.path = ?"
+                           " ORDER BY v.version DESC LIMIT 1", (path,)).fetchone()
+        return str(row[0]) if row else "someone else"
 
     @staticmethod
     def _conflict_message(conn: Any, path: str, expected: int, have: int) -> str:

@@ -221,7 +221,8 @@ class Session:
         return out
 
     def _entry(self, node: Node, visible: str) -> Entry:
-        files, size = (tables.subtree_counts(self.fs.store.reader(), node.path) if node.is_dir
+        counted = self._tmp if node.path == TMP and not self.system else node.path  # only this session's /tmp
+        files, size = (tables.subtree_counts(self.fs.store.reader(), counted) if node.is_dir
                        else (0, node.size))
         return Entry(visible, node.kind, node.description, size, files, node.modified, node.owner, node.version,
                      node.tags, node.perms, node.place, node.entity_id, node.created, node.accessed, node.lines)
@@ -350,8 +351,10 @@ class Session:
             raise FsError(f"old_text does not occur in {visible}{hint}. Read the file (fs_read) and copy the text"
                           f" exactly, including spaces")
         if count > 1 and not replace_all:
-            lines = [n for n, line in enumerate(content.splitlines(), 1) if old_text.splitlines()[0] in line]
-            raise FsError(f"old_text occurs {count} times in {visible} (lines {', '.join(map(str, lines[:10]))});"
+            first = old_text.splitlines()[0] if old_text.strip() else old_text
+            found = [(n, line) for n, line in enumerate(content.splitlines(), 1) if first in line]
+            quoted = "; ".join(f"line {n}: {line.strip()[:80]!r}" for n, line in found[:3])
+            raise FsError(f"old_text occurs {count} times in {visible} ({quoted}{'; ...' if len(found) > 3 else ''});"
                           f" include more surrounding text so it is unique, or set replace_all")
         updated = check_text(content.replace(old_text, new_text) if replace_all
                              else content.replace(old_text, new_text, 1), visible)

@@ -247,8 +247,9 @@ FS_TOOLS: tuple[ToolDef, ...] = (
         "Search your filesystem memory from a folder: by meaning and keywords together (hybrid, default), "
         "keywords only (mode 'keyword', BM25) or meaning only ('meaning'); filter by tags, owner, type, "
         "modification time or place. Each hit gives path, line range, score and a snippet (fs_read the lines). "
-        "Without a query, lists the newest files passing the filters. For what the robot perceived use "
-        "semantic_search; for past attempts find_experiences."),
+        "Without a query, lists the newest files passing the filters. The rendered /raw/episodes and "
+        "/raw/experiences are not searched here: for past tasks use episode_summary, for past attempts "
+        "find_experiences, for what the robot perceived semantic_search."),
         parameters=_obj({"query": _p("string", "What you are looking for, in words."),
                          "path": _p("string", "Folder to search in (default '/')."),
                          "mode": _p("string", "'hybrid', 'keyword' or 'meaning'.", enum=["hybrid", "keyword",
