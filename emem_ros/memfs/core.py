@@ -85,6 +85,12 @@ class FsCore:
         self.engine = engine
         self.store = engine.store
         self._accessed: dict[str, float] = {}
+        self.df_cache: dict[tuple[str, str], int] = {}
+        self.generation = 0
+        """Commits to the store seen: cached search scopes are valid within one generation."""
+        self.scope_cache: dict[tuple[str, int], Any] = {}
+        self.store.commits.subscribe(self._on_commit)
+        """Common words per FTS table (``search.py``): counting one reads its whole posting list."""
         self.last_embedded = 0
         self.closed = False
         self.ensure_layout()
@@ -348,6 +354,9 @@ class FsCore:
                 store.update_index("fs_nodes", functools.partial(nodes.add, np.array([node_id], dtype=np.int64),
                                                                  vector))
 
+    def _on_commit(self, commit: Any) -> None:
+        self.generation += 1  # any writer (an import, another FsCore) may have changed the tree
+
     def _robot_xy(self) -> Optional[tuple[float, float]]:
         try:
             pose = self.engine.live_pose()
@@ -374,6 +383,7 @@ class FsCore:
         """Write pending access times. Safe twice."""
         if self.closed:
             return
+        self.store.commits.unsubscribe(self._on_commit)
         if self._accessed and not self.store.closed:
             try:
                 with self.store.write() as conn:

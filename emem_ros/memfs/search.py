@@ -29,6 +29,11 @@ DEPTH = 40
 PER_FILE = 3
 EXACT_LIMIT = 4096
 """Chunks under a base folder up to which the vector side scores them exactly instead of walking the graph."""
+SCOPE_LIMIT = 20000
+"""Chunks under a base folder up to which the search is restricted to them (above: filtered after)."""
+KEYWORD_DF = 2000
+"""Documents a word may be in to take part in the keyword list (commoner words are left to the vectors)."""
+KEYWORD_TOKENS = 6
 SNIPPET = 200
 _CHUNKS = KeywordIndex("fs_chunks_fts")
 _NODES = KeywordIndex("fs_nodes_fts")
@@ -76,29 +81,35 @@ def search(session: Any, query: Any = None, path: Any = "/", mode: Any = "hybrid
     conn = session.fs.store.reader()
     if not query:
         return _browse(session, conn, filters, n)
+    scope = _scope(session.fs, conn, filters.prefix)
     keyword_chunks: list[int] = []
     keyword_nodes: list[int] = []
     if mode in ("hybrid", "keyword"):
-        keyword_chunks = _CHUNKS.search(conn, query, DEPTH)
-        keyword_nodes = _NODES.search(conn, query, DEPTH // 2)
+        keyword_chunks = _keyword(conn, _CHUNKS, query, DEPTH, scope, session.fs.df_cache)
+        keyword_nodes = _keyword(conn, _NODES, query, DEPTH // 2, scope, session.fs.df_cache, nodes=True)
     vector_chunks: list[tuple[int, float]] = []
     vector_nodes: list[tuple[int, float]] = []
     if mode in ("hybrid", "meaning"):
         vector = session.fs.engine.embed_query(query)
-        allowed = _allowed(conn, filters.prefix)
-        vector_chunks = _nearest(session, "fs_chunks", vector, DEPTH, allowed)
-        vector_nodes = _nearest(session, "fs_nodes", vector, DEPTH // 2, None)
+        vector_chunks = _nearest(session, "fs_chunks", vector, DEPTH, scope)
+        vector_nodes = _nearest(session, "fs_nodes", vector, DEPTH // 2, scope, nodes=True)
     fused = rrf([(("c", i), s) for (i, s) in vector_chunks] + [(("n", i), s) for (i, s) in vector_nodes],
                 [("c", i) for i in keyword_chunks] + [("n", i) for i in keyword_nodes])
     ranked = sorted(fused.values(), key=lambda f: -f.score)
     keys: list[tuple[str, int]] = [f.key for f in ranked]  # type: ignore[misc]  # the (list, id) keys given above
-    chunk_rows = _chunk_rows(conn, [number for which, number in keys if which == "c"])
-    node_ids = {row[0] for row in chunk_rows.values()} | {number for which, number in keys if which == "n"}
-    nodes = tables.nodes_by_id(conn, node_ids)
     tokens = query_tokens(query)
     hits: list[SearchHit] = []
     per_file: dict[str, int] = {}
-    for item, (kind_, number) in zip(ranked, keys):
+    chunk_rows: dict[int, tuple[int, int, int, str]] = {}
+    nodes: dict[int, Node] = {}
+    batch = max(2 * n, 16)
+    for position, (item, (kind_, number)) in enumerate(zip(ranked, keys)):
+        if position % batch == 0:  # rows of the next candidates only: most searches stop in the first batch
+            window = keys[position:position + batch]
+            chunk_rows.update(_chunk_rows(conn, [i for which, i in window if which == "c"]))
+            wanted = {chunk_rows[i][0] for which, i in window if which == "c" and i in chunk_rows}
+            wanted |= {i for which, i in window if which == "n"}
+            nodes.update(tables.nodes_by_id(conn, wanted - set(nodes)))
         if kind_ == "c":
             row = chunk_rows.get(number)
             if row is None:
@@ -156,36 +167,127 @@ def _filters(session: Any, base: str, tags: Any, owner: Any, kind: Any, after: A
                     near)
 
 
-def _allowed(conn: Any, prefix: str) -> Optional[set[int]]:
-    """Chunk ids under a narrow base folder (None: search everything and filter after)."""
-    if prefix == "/":
-        return None
-    lo, hi = prefix_range(prefix)
-    rows = conn.execute("SELECT c.id FROM fs_nodes n JOIN fs_chunks c ON c.node_id = n.id"
-                        " WHERE (n.path = ? OR (n.path >= ? AND n.path < ?)) LIMIT 20001", (prefix, lo, hi)).fetchall()
-    if len(rows) > 20000:
-        return None
-    return {int(r[0]) for r in rows}
+class _Scope:
+    """The chunks under a narrow base folder (ids, and their vectors when few), or None: everything."""
+
+    def __init__(self, ids: np.ndarray, vectors: Optional[np.ndarray], nodes: set[int]) -> None:
+        self.ids = ids
+        self.vectors = vectors
+        self.members = set(ids.tolist())
+        self.nodes = nodes
+        """Ids of the nodes under the folder (for the description lists)."""
+
+    @classmethod
+    def of(cls, conn: Any, prefix: str, dim: int) -> Optional["_Scope"]:
+        if prefix == "/":
+            return None
+        lo, hi = prefix_range(prefix)
+        rows = conn.execute("SELECT c.id, c.embedding FROM fs_nodes n JOIN fs_chunks c ON c.node_id = n.id"
+                            " WHERE (n.path = ? OR (n.path >= ? AND n.path < ?)) LIMIT ?",
+                            (prefix, lo, hi, SCOPE_LIMIT + 1)).fetchall()
+        if len(rows) > SCOPE_LIMIT:
+            return None  # a broad folder: search everything, filter the hits
+        nodes = {int(r[0]) for r in conn.execute(
+            "SELECT id FROM fs_nodes WHERE path = ? OR (path >= ? AND path < ?)", (prefix, lo, hi))}
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        vectors = None
+        if len(rows) <= EXACT_LIMIT and all(r[1] is not None for r in rows):
+            vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim) \
+                if rows else np.empty((0, dim), dtype=np.float32)
+        return cls(ids, vectors, nodes)
 
 
-def _nearest(session: Any, name: str, vector: np.ndarray, k: int,
-             allowed: Optional[set[int]]) -> list[tuple[int, float]]:
-    index = session.fs.store.vectors[name]
-    if allowed is not None and not allowed:
-        return []
-    if allowed is not None and len(allowed) <= EXACT_LIMIT:
-        # A narrow folder: score its chunks exactly (a filtered graph walk visits far more nodes than this).
-        labels = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
-        try:
-            vectors = index.vectors_of(labels)
-        except RuntimeError:  # a label the index misses (being repaired): fall back to the filtered walk
-            pass
+DF_CACHE_SIZE = 50_000
+
+
+def _scope(fs: Any, conn: Any, prefix: str) -> Optional[_Scope]:
+    """The folder's scope, reused until the next write (an agent searches the same folder again and again)."""
+    key = (prefix, fs.generation)
+    cached = fs.scope_cache.get(key, False)
+    if cached is not False:
+        return cached  # type: ignore[no-any-return]
+    scope = _Scope.of(conn, prefix, fs.store.dim)
+    if len(fs.scope_cache) >= 16 or any(g != fs.generation for _, g in fs.scope_cache):
+        fs.scope_cache.clear()
+    fs.scope_cache[key] = scope
+    return scope
+
+
+def _frequencies(conn: Any, index: KeywordIndex, tokens: list[str], cache: dict[tuple[str, str], int]
+                 ) -> dict[str, int]:
+    """Documents per word, remembered: counting a common word reads its whole posting list.
+
+    Only "rare or common" matters here, so a count that is a little stale is
+    harmless; the cache is dropped whole when it is full.
+    """
+    out = {}
+    missing = []
+    for token in tokens:
+        known = cache.get((index.table, token))
+        if known is None:
+            missing.append(token)
         else:
-            query = np.asarray(vector, dtype=np.float32)
-            sims = vectors @ (query / (float(np.linalg.norm(query)) or 1.0))
-            order = np.argsort(-sims)[:k]
-            return [(int(labels[i]), float(sims[i])) for i in order]
-    labels, sims = index.search(vector, k, allowed.__contains__ if allowed is not None else None)
+            out[token] = known
+    if missing:
+        found = index._document_frequency(conn, missing)
+        if len(cache) + len(found) > DF_CACHE_SIZE:
+            cache.clear()
+        for token, count in found.items():
+            # rare words are cached only once common: a new note may make them less rare, never rarer
+            if count > KEYWORD_DF:
+                cache[(index.table, token)] = count
+            out[token] = count
+    return out
+
+
+def _keyword(conn: Any, index: KeywordIndex, query: str, limit: int, scope: Optional[_Scope],
+             cache: dict[tuple[str, str], int], nodes: bool = False) -> list[int]:
+    """BM25 over the query's distinctive words only (OR); words in many documents are left to the vectors.
+
+    Cheaper than ``KeywordIndex.search``'s AND pass, which reads the long
+    posting lists of common words; for notes the rare words (names,
+    numbers, places) are the keyword evidence worth having.
+    """
+    tokens = query_tokens(query)
+    if not tokens:
+        return []
+    df = _frequencies(conn, index, tokens, cache)
+    chosen = [t for t in sorted(tokens, key=lambda t: df[t]) if df[t] <= KEYWORD_DF][:KEYWORD_TOKENS]
+    if not chosen:
+        return []
+    match = " OR ".join('"' + t.replace('"', '""') + '"' for t in chosen)
+    table = index.table
+    if scope is not None:
+        depth = limit * 8
+        rows = conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}) LIMIT ?",
+                            (match, depth)).fetchall()
+        members = scope.nodes if nodes else scope.members
+        return [r[0] for r in rows if r[0] in members][:limit]
+    return [r[0] for r in conn.execute(
+        f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}) LIMIT ?", (match, limit))]
+
+
+def _nearest(session: Any, name: str, vector: np.ndarray, k: int, scope: Optional[_Scope],
+             nodes: bool = False) -> list[tuple[int, float]]:
+    index = session.fs.store.vectors[name]
+    if nodes:  # descriptions: few per folder, the graph walk filtered by the folder's nodes
+        if scope is not None and not scope.nodes:
+            return []
+        allowed_nodes = scope.nodes.__contains__ if scope is not None else None
+        labels, sims = index.search(vector, k, allowed_nodes)
+        return [(int(label), float(sim)) for label, sim in zip(labels, sims)]
+    if scope is not None and not len(scope.ids):
+        return []
+    if scope is not None and scope.vectors is not None:
+        # A narrow folder: score its chunks exactly (a filtered graph walk visits far more nodes than this).
+        query = np.asarray(vector, dtype=np.float32)
+        norms = np.linalg.norm(scope.vectors, axis=1)
+        norms[norms == 0] = 1.0
+        sims = (scope.vectors @ query) / (norms * (float(np.linalg.norm(query)) or 1.0))
+        order = np.argsort(-sims)[:k]
+        return [(int(scope.ids[i]), float(sims[i])) for i in order]
+    allowed = scope.members.__contains__ if scope is not None else None
+    labels, sims = index.search(vector, k, allowed)
     return [(int(label), float(sim)) for label, sim in zip(labels, sims)]
 
 

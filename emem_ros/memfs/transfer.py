@@ -91,7 +91,11 @@ def import_nodes(engine: "Engine", records: list[dict[str, Any]], fs: Any = None
             added += 1
         else:
             updated += 1
-    if changes:
-        memfs.commit(None, "import", "/", changes, summary=f"imported {added} new, {updated} updated",
-                     contents=contents)
+    try:
+        if changes:
+            memfs.commit(None, "import", "/", changes, summary=f"imported {added} new, {updated} updated",
+                         contents=contents)
+    finally:
+        if fs is None:
+            memfs.close()
     return added, existing, updated
