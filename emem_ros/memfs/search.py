@@ -205,7 +205,7 @@ def _scope(fs: Any, conn: Any, prefix: str) -> Optional[_Scope]:
     key = (prefix, fs.generation)
     cached = fs.scope_cache.get(key, False)
     if cached is not False:
-        return cached  # type: ignore[no-any-return]
+        return cached
     scope = _Scope.of(conn, prefix, fs.store.dim)
     if len(fs.scope_cache) >= 16 or any(g != fs.generation for _, g in fs.scope_cache):
         fs.scope_cache.clear()
