@@ -332,3 +332,17 @@ def test_concurrent_edits_of_one_file_let_exactly_one_through(memory):
     assert sorted(outcomes) == ["conflict"] * 3 + ["ok"]
     text = fs.system.text("/mnt/team/list.md")
     assert text.count("eggs") == 1 and fs.node("/mnt/team/list.md").version == 2
+
+
+def test_keyword_lists_use_distinctive_words_and_keyword_mode_any_word(memory, monkeypatch):
+    from emem_ros.memfs import search
+
+    session = memory.fs.session("planner")
+    for n, extra in enumerate(("zebra", "yak", "walrus")):
+        session.write(f"/memory/door{n}.md", f"the door {extra}\n")
+    monkeypatch.setattr(search, "KEYWORD_DF", 1)  # 'door' is in 3 files: too common for the keyword list
+    memory.fs.df_cache.clear()
+    hits = session.search("door walrus", "/memory", mode="keyword")
+    assert [h.path for h in hits] == ["/memory/door2.md"]  # the distinctive word decides
+    assert len(session.search("door", "/memory", mode="keyword")) == 3  # asked for keywords: any word will do
+    assert session.search("door walrus", "/memory/door0.md", mode="keyword") == []

@@ -85,8 +85,9 @@ def search(session: Any, query: Any = None, path: Any = "/", mode: Any = "hybrid
     keyword_chunks: list[int] = []
     keyword_nodes: list[int] = []
     if mode in ("hybrid", "keyword"):
-        keyword_chunks = _keyword(conn, _CHUNKS, query, DEPTH, scope, session.fs.df_cache)
-        keyword_nodes = _keyword(conn, _NODES, query, DEPTH // 2, scope, session.fs.df_cache, nodes=True)
+        only = mode == "keyword"
+        keyword_chunks = _keyword(conn, _CHUNKS, query, DEPTH, scope, session.fs.df_cache, only=only)
+        keyword_nodes = _keyword(conn, _NODES, query, DEPTH // 2, scope, session.fs.df_cache, nodes=True, only=only)
     vector_chunks: list[tuple[int, float]] = []
     vector_nodes: list[tuple[int, float]] = []
     if mode in ("hybrid", "meaning"):
@@ -241,7 +242,7 @@ def _frequencies(conn: Any, index: KeywordIndex, tokens: list[str], cache: dict[
 
 
 def _keyword(conn: Any, index: KeywordIndex, query: str, limit: int, scope: Optional[_Scope],
-             cache: dict[tuple[str, str], int], nodes: bool = False) -> list[int]:
+             cache: dict[tuple[str, str], int], nodes: bool = False, only: bool = False) -> list[int]:
     """BM25 over the query's distinctive words only (OR); words in many documents are left to the vectors.
 
     Cheaper than ``KeywordIndex.search``'s AND pass, which reads the long
@@ -252,9 +253,12 @@ def _keyword(conn: Any, index: KeywordIndex, query: str, limit: int, scope: Opti
     if not tokens:
         return []
     df = _frequencies(conn, index, tokens, cache)
-    chosen = [t for t in sorted(tokens, key=lambda t: df[t]) if df[t] <= KEYWORD_DF][:KEYWORD_TOKENS]
+    ordered = sorted(tokens, key=lambda t: df[t])
+    chosen = [t for t in ordered if df[t] <= KEYWORD_DF][:KEYWORD_TOKENS]
     if not chosen:
-        return []
+        if not only:
+            return []
+        chosen = ordered[:1]  # keyword mode asked for words: the least common one, however common
     match = " OR ".join('"' + t.replace('"', '""') + '"' for t in chosen)
     table = index.table
     if scope is not None:
