@@ -171,12 +171,16 @@ def _filters(session: Any, base: str, tags: Any, owner: Any, kind: Any, after: A
 class _Scope:
     """The chunks under a narrow base folder (ids, and their vectors when few), or None: everything."""
 
-    def __init__(self, ids: np.ndarray, vectors: Optional[np.ndarray], nodes: set[int]) -> None:
+    def __init__(self, ids: np.ndarray, vectors: Optional[np.ndarray], nodes: set[int],
+                 node_vectors: tuple[np.ndarray, np.ndarray]) -> None:
         self.ids = ids
         self.vectors = vectors
         self.members = set(ids.tolist())
         self.nodes = nodes
         """Ids of the nodes under the folder (for the description lists)."""
+        self.node_vectors = node_vectors
+        """(ids, vectors) of the folder's described nodes: scored exactly (a filtered walk over a big
+        index that few nodes pass visits most of it)."""
 
     @classmethod
     def of(cls, conn: Any, prefix: str, dim: int) -> Optional["_Scope"]:
@@ -188,14 +192,19 @@ class _Scope:
                             (prefix, lo, hi, SCOPE_LIMIT + 1)).fetchall()
         if len(rows) > SCOPE_LIMIT:
             return None  # a broad folder: search everything, filter the hits
-        nodes = {int(r[0]) for r in conn.execute(
-            "SELECT id FROM fs_nodes WHERE path = ? OR (path >= ? AND path < ?)", (prefix, lo, hi))}
+        node_rows = conn.execute("SELECT id, embedding FROM fs_nodes WHERE path = ? OR (path >= ? AND path < ?)",
+                                 (prefix, lo, hi)).fetchall()
+        nodes = {int(r[0]) for r in node_rows}
+        described = [r for r in node_rows if r[1] is not None]
+        node_vectors = (np.array([r[0] for r in described], dtype=np.int64),
+                        np.frombuffer(b"".join(r[1] for r in described), dtype=np.float32).reshape(len(described), dim)
+                        if described else np.empty((0, dim), dtype=np.float32))
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         vectors = None
         if len(rows) <= EXACT_LIMIT and all(r[1] is not None for r in rows):
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim) \
                 if rows else np.empty((0, dim), dtype=np.float32)
-        return cls(ids, vectors, nodes)
+        return cls(ids, vectors, nodes, node_vectors)
 
 
 DF_CACHE_SIZE = 50_000
@@ -274,25 +283,31 @@ def _keyword(conn: Any, index: KeywordIndex, query: str, limit: int, scope: Opti
 def _nearest(session: Any, name: str, vector: np.ndarray, k: int, scope: Optional[_Scope],
              nodes: bool = False) -> list[tuple[int, float]]:
     index = session.fs.store.vectors[name]
-    if nodes:  # descriptions: few per folder, the graph walk filtered by the folder's nodes
-        if scope is not None and not scope.nodes:
-            return []
-        allowed_nodes = scope.nodes.__contains__ if scope is not None else None
-        labels, sims = index.search(vector, k, allowed_nodes)
+    if nodes and scope is not None:  # the folder's descriptions, scored exactly
+        return _exact(scope.node_vectors[0], scope.node_vectors[1], vector, k)
+    if nodes:
+        labels, sims = index.search(vector, k)
         return [(int(label), float(sim)) for label, sim in zip(labels, sims)]
     if scope is not None and not len(scope.ids):
         return []
     if scope is not None and scope.vectors is not None:
         # A narrow folder: score its chunks exactly (a filtered graph walk visits far more nodes than this).
-        query = np.asarray(vector, dtype=np.float32)
-        norms = np.linalg.norm(scope.vectors, axis=1)
-        norms[norms == 0] = 1.0
-        sims = (scope.vectors @ query) / (norms * (float(np.linalg.norm(query)) or 1.0))
-        order = np.argsort(-sims)[:k]
-        return [(int(scope.ids[i]), float(sims[i])) for i in order]
+        return _exact(scope.ids, scope.vectors, vector, k)
     allowed = scope.members.__contains__ if scope is not None else None
     labels, sims = index.search(vector, k, allowed)
     return [(int(label), float(sim)) for label, sim in zip(labels, sims)]
+
+
+def _exact(ids: np.ndarray, vectors: np.ndarray, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """Cosine of ``vector`` with each row, best ``k`` first."""
+    if not len(ids):
+        return []
+    query = np.asarray(vector, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1)
+    norms[norms == 0] = 1.0
+    sims = (vectors @ query) / (norms * (float(np.linalg.norm(query)) or 1.0))
+    order = np.argsort(-sims)[:k]
+    return [(int(ids[i]), float(sims[i])) for i in order]
 
 
 def _chunk_rows(conn: Any, ids: list[int]) -> dict[int, tuple[int, int, int, str]]:
