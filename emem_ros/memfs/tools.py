@@ -53,7 +53,10 @@ def _entry_line(e: Entry, base_depth: int) -> str:
 
 
 def _done(result: OpResult, what: str) -> str:
-    versions = ", ".join(f"{p} v{v}" if v else f"{p} deleted" for p, v in result.versions.items())
+    items = [f"{p} v{v}" if v else f"{p} deleted" for p, v in result.versions.items()]
+    if len(items) > 6:
+        items = items[:5] + [f"and {len(items) - 5} more paths"]
+    versions = ", ".join(items)
     return f"{what} (operation {result.op_id}: {versions})." if result.op_id else f"{what} (nothing changed)."
 
 
