@@ -341,6 +341,7 @@ def test_keyword_lists_use_distinctive_words_and_keyword_mode_any_word(memory, m
     for n, extra in enumerate(("zebra", "yak", "walrus")):
         session.write(f"/memory/door{n}.md", f"the door {extra}\n")
     monkeypatch.setattr(search, "KEYWORD_DF", 1)  # 'door' is in 3 files: too common for the keyword list
+    monkeypatch.setattr(search, "KEYWORD_FLOOR", 1)
     memory.fs.df_cache.clear()
     hits = session.search("door walrus", "/memory", mode="keyword")
     assert [h.path for h in hits] == ["/memory/door2.md"]  # the distinctive word decides

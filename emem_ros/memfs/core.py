@@ -88,6 +88,7 @@ class FsCore:
         self.df_cache: dict[tuple[str, str], int] = {}
         self.generation = 0
         """Commits to the store seen: cached search scopes are valid within one generation."""
+        self.df_generation = 0
         self.scope_cache: dict[tuple[str, int], Any] = {}
         self.store.commits.subscribe(self._on_commit)
         """Common words per FTS table (``search.py``): counting one reads its whole posting list."""

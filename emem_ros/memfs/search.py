@@ -32,7 +32,12 @@ EXACT_LIMIT = 4096
 SCOPE_LIMIT = 20000
 """Chunks under a base folder up to which the search is restricted to them (above: filtered after)."""
 KEYWORD_DF = 2000
-"""Documents a word may be in to take part in the keyword list (commoner words are left to the vectors)."""
+"""Documents a word may be in to take part in the keyword list (commoner words are left to the vectors);
+also at most 5 % of the documents (50 at least)."""
+KEYWORD_FLOOR = 50
+"""A word in at most this many documents is distinctive enough, however few documents there are."""
+DF_REFRESH = 1000
+"""Commits after which remembered document counts are counted again."""
 KEYWORD_TOKENS = 6
 SNIPPET = 200
 _CHUNKS = KeywordIndex("fs_chunks_fts")
@@ -86,8 +91,8 @@ def search(session: Any, query: Any = None, path: Any = "/", mode: Any = "hybrid
     keyword_nodes: list[int] = []
     if mode in ("hybrid", "keyword"):
         only = mode == "keyword"
-        keyword_chunks = _keyword(conn, _CHUNKS, query, DEPTH, scope, session.fs.df_cache, only=only)
-        keyword_nodes = _keyword(conn, _NODES, query, DEPTH // 2, scope, session.fs.df_cache, nodes=True, only=only)
+        keyword_chunks = _keyword(conn, _CHUNKS, query, DEPTH, scope, session.fs, only=only)
+        keyword_nodes = _keyword(conn, _NODES, query, DEPTH // 2, scope, session.fs, nodes=True, only=only)
     vector_chunks: list[tuple[int, float]] = []
     vector_nodes: list[tuple[int, float]] = []
     if mode in ("hybrid", "meaning"):
@@ -223,13 +228,23 @@ def _scope(fs: Any, conn: Any, prefix: str) -> Optional[_Scope]:
     return scope
 
 
-def _frequencies(conn: Any, index: KeywordIndex, tokens: list[str], cache: dict[tuple[str, str], int]
-                 ) -> dict[str, int]:
-    """Documents per word, remembered: counting a common word reads its whole posting list.
+def _frequencies(conn: Any, index: KeywordIndex, tokens: list[str], fs: Any) -> tuple[dict[str, int], int]:
+    """(documents per word, the count above which a word is too common), remembered.
 
-    Only "rare or common" matters here, so a count that is a little stale is
-    harmless; the cache is dropped whole when it is full.
+    Counting a word reads its whole posting list. Only "distinctive or
+    common" matters here, and a stale count errs safely: a word counted
+    before notes made it common still joins the list (found, only slower);
+    one counted common stays out (the vectors cover it). The counts are
+    dropped every ``DF_REFRESH`` commits and when there are too many.
     """
+    cache: dict[tuple[str, str], int] = fs.df_cache
+    if fs.generation - getattr(fs, "df_generation", 0) >= DF_REFRESH or len(cache) > DF_CACHE_SIZE:
+        cache.clear()
+        fs.df_generation = fs.generation
+    total = cache.get((index.table, ""))
+    if total is None:
+        total = int(conn.execute(f"SELECT COUNT(*) FROM {index.table}").fetchone()[0])
+        cache[(index.table, "")] = total
     out = {}
     missing = []
     for token in tokens:
@@ -239,19 +254,14 @@ def _frequencies(conn: Any, index: KeywordIndex, tokens: list[str], cache: dict[
         else:
             out[token] = known
     if missing:
-        found = index._document_frequency(conn, missing)
-        if len(cache) + len(found) > DF_CACHE_SIZE:
-            cache.clear()
-        for token, count in found.items():
-            # rare words are cached only once common: a new note may make them less rare, never rarer
-            if count > KEYWORD_DF:
-                cache[(index.table, token)] = count
+        for token, count in index._document_frequency(conn, missing).items():
+            cache[(index.table, token)] = count
             out[token] = count
-    return out
+    return out, min(KEYWORD_DF, max(KEYWORD_FLOOR, total // 20))
 
 
-def _keyword(conn: Any, index: KeywordIndex, query: str, limit: int, scope: Optional[_Scope],
-             cache: dict[tuple[str, str], int], nodes: bool = False, only: bool = False) -> list[int]:
+def _keyword(conn: Any, index: KeywordIndex, query: str, limit: int, scope: Optional[_Scope], fs: Any,
+             nodes: bool = False, only: bool = False) -> list[int]:
     """BM25 over the query's distinctive words only (OR); words in many documents are left to the vectors.
 
     Cheaper than ``KeywordIndex.search``'s AND pass, which reads the long
@@ -261,9 +271,9 @@ def _keyword(conn: Any, index: KeywordIndex, query: str, limit: int, scope: Opti
     tokens = query_tokens(query)
     if not tokens:
         return []
-    df = _frequencies(conn, index, tokens, cache)
+    df, common = _frequencies(conn, index, tokens, fs)
     ordered = sorted(tokens, key=lambda t: df[t])
-    chosen = [t for t in ordered if df[t] <= KEYWORD_DF][:KEYWORD_TOKENS]
+    chosen = [t for t in ordered if df[t] <= common][:KEYWORD_TOKENS]
     if not chosen:
         if not only:
             return []
