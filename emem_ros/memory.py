@@ -36,6 +36,8 @@ from emem_ros.engine import Engine, EpisodeHook
 from emem_ros.forgetting import ForgetReport, Forgetter, make_selector
 from emem_ros.forgetting.retention import apply_retention, has_policies
 from emem_ros.ingest.drafts import ObservationDraft
+from emem_ros.memfs import MemFS
+from emem_ros.memfs.tools import FS_TOOLS
 from emem_ros.storage.store import MemoryStore, NewObservation, WriteReport
 from emem_ros.tools.api import MemoryTools
 from emem_ros.tools.query_cache import QueryCache
@@ -68,13 +70,15 @@ class Memory:
         self.engine = Engine(config, embedding_provider or default_embedding_provider(), get_current_time)
         self._ledger: Optional[ExperienceLedger] = None
         self._ledger_lock = threading.Lock()
+        self._fs: Optional[MemFS] = None
         try:
             self._cache = QueryCache.for_engine(self.engine)
             env = AgentEnv(self.engine, ledger=lambda: self.ledger, cache=self._cache)
             env.forget = self.forget
+            env.memfs = lambda: self.fs
             agent_tools = tuple(replace(t, llm=True) if t.name == "forget" and config.allow_llm_forget else t
                                 for t in AGENT_TOOLS)
-            self.tools = MemoryTools(env, (*TOOL_SPECS, *agent_tools), self._cache)
+            self.tools = MemoryTools(env, (*TOOL_SPECS, *agent_tools, *FS_TOOLS), self._cache)
             self._consolidation = ConsolidationService(self.engine, llm_client)
             if has_policies(config):
                 self._consolidation.retention = self._apply_retention
@@ -176,9 +180,16 @@ class Memory:
         return self.engine.active_episode_id
 
     def start_episode(self, name: str, parent_episode_id: Optional[str] = None,
-                      goal: Optional[str] = None, metadata: Optional[dict[str, Any]] = None) -> str:
-        """Open an episode; with a parent it is a SUBTASK_OF it, and FOLLOWS its last sibling."""
-        return self.engine.start_episode(name, parent_episode_id, goal, metadata)
+                      goal: Optional[str] = None, metadata: Optional[dict[str, Any]] = None,
+                      agent_id: Optional[str] = None) -> str:
+        """Open an episode; with a parent it is a SUBTASK_OF it, and FOLLOWS its last sibling.
+
+        With ``agent_id`` the agent's MemFS session opens too and ends with the episode.
+        """
+        episode_id = self.engine.start_episode(name, parent_episode_id, goal, metadata)
+        if agent_id:
+            self.fs.open_for_episode(agent_id, episode_id)
+        return episode_id
 
     def end_episode(self, consolidate: bool = True, result: Optional[str] = None,
                     reflection: Optional[str] = None, success: Optional[bool] = None) -> Optional[str]:
@@ -199,6 +210,17 @@ class Memory:
                 self._ledger = ExperienceLedger(self.engine,
                                                 embed_interval=0.5 if self.config.flush_interval > 0 else 0.0)
             return self._ledger
+
+    # ------------------------------------------------------------------ MemFS
+    @property
+    def fs(self) -> MemFS:
+        """The planners' own filesystem (``emem_ros/memfs``), made on first use: ``memory.fs.session(agent_id)``."""
+        with self._ledger_lock:
+            if self._fs is None:
+                self.engine.check_open()
+                self._fs = MemFS(self.engine)
+                self.engine.on_episode_end(self._fs.on_episode_end)
+            return self._fs
 
     def record_experience(self, goal: str, action: str = "", result: str = "", reflection: str = "",
                           success: Optional[bool] = None, **kwargs: Any) -> str:
@@ -357,6 +379,8 @@ class Memory:
         if self.engine.closed:
             return
         self._consolidation.close(float(self.config.consolidation_close_timeout))
+        if self._fs is not None:
+            self._fs.close()
         if self._ledger is not None:
             self._ledger.close()
         self.engine.close()

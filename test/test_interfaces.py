@@ -45,7 +45,7 @@ TOOLS: dict[str, tuple[str, ...]] = {
 }
 ACTIONS: dict[str, tuple[str, ...]] = {
     "store_specific_memory": ("text", "x", "y", "z", "layer_name", "metadata_json"),
-    "start_episode": ("name", "parent_episode_id", "goal"),
+    "start_episode": ("name", "parent_episode_id", "goal", "agent_id"),
     "end_episode": ("consolidate", "result", "reflection", "success"),
 }
 OTHER_SERVICES: dict[str, tuple[str, ...]] = {

@@ -386,6 +386,16 @@ def test_list_tools_answers_the_tool_definitions_and_each_runs_through_call_tool
     assert not closed.success and "not open" in closed.message and closed.tools_json == ""
 
 
+def test_call_tool_reaches_memfs(call, world):
+    wrote = call("call_tool", tool="fs_write", arguments_json=json.dumps(
+        {"path": "/memory/ros.md", "content": "written through ROS", "agent_id": "ros_planner"}))
+    assert wrote.success and "/memory/ros.md v1" in wrote.text
+    read = call("call_tool", tool="fs_read", arguments_json='{"path": "/memory/ros.md"}')
+    assert read.success and "1\twritten through ROS" in read.text
+    refused = call("call_tool", tool="fs_write", arguments_json='{"path": "/raw/x.md", "content": "x"}')
+    assert not refused.success and "/memory/" in refused.message
+
+
 # ---------------------------------------------------------------------- nothing escapes
 def test_handler_never_raises(world, make, monkeypatch):
     srv = "SemanticSearch"

@@ -15,6 +15,9 @@ TEN = ["semantic_search", "spatial_query", "temporal_query", "episode_summary", 
 ACTIONS = ["store_specific_memory", "start_episode", "end_episode"]
 AGENT = ["record_experience", "find_experiences", "memory_stats"]
 AGENT_QUERIES = ["find_experiences", "memory_stats"]
+FS = ["fs_ls", "fs_read", "fs_write", "fs_edit", "fs_mkdir", "fs_mv", "fs_rm", "fs_peek", "fs_search", "fs_log",
+      "fs_undo", "fs_restore"]
+FS_QUERIES = ["fs_ls", "fs_read", "fs_peek", "fs_search", "fs_log"]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def world(tmp_path_factory):
 def test_definitions_have_the_openai_ollama_shape(world):
     memory, _, _ = world
     definitions = memory.get_tool_definitions()
-    assert [d["function"]["name"] for d in definitions] == TEN + ACTIONS + AGENT
+    assert [d["function"]["name"] for d in definitions] == TEN + ACTIONS + AGENT + FS
     json.dumps(definitions)
     for definition in definitions:
         assert definition["type"] == "function"
@@ -40,7 +43,7 @@ def test_definitions_have_the_openai_ollama_shape(world):
         assert set(params["required"]) <= set(params["properties"])
         for name, schema in params["properties"].items():
             assert schema.get("description"), (function["name"], name)
-    assert [d["function"]["name"] for d in memory.get_tool_definitions(include_actions=False)] == TEN + AGENT_QUERIES
+    assert [d["function"]["name"] for d in memory.get_tool_definitions(include_actions=False)] == TEN + AGENT_QUERIES + FS_QUERIES
     search = definitions[0]["function"]["parameters"]
     assert search["required"] == ["query"]
     assert search["properties"]["time_after"]["type"] == ["string", "number"]
@@ -167,7 +170,7 @@ def test_other_modules_can_register_tools(world):
 def test_tools_for_registration_are_named_callables(world):
     memory, _, _ = world
     pairs = memory.get_tools_for_registration()
-    assert [d["function"]["name"] for _, d in pairs] == TEN + ACTIONS + AGENT
+    assert [d["function"]["name"] for _, d in pairs] == TEN + ACTIONS + AGENT + FS
     search, definition = pairs[0]
     assert search.__name__ == "semantic_search" and search.__doc__ == definition["function"]["description"]
     assert search(query="red chair", n_results=2) == memory.semantic_search("red chair", n_results=2)

@@ -31,6 +31,7 @@ from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.errors import StoreError
 from emem_ros.core.types import NodeKind, SourceType, Tier, make_id
+from emem_ros.memfs.transfer import export_nodes
 from emem_ros.storage.sqlutil import marks
 
 CHUNK = 900
@@ -213,6 +214,8 @@ class _Exporter:
         self._edges(exported_obs)
         self._experiences()
         self._marks()
+        if self.sel.episode is None:  # notes belong to no episode: a time range or everything carries them
+            export_nodes(self.conn, self.writer.write, self.sel.since, self.sel.until)
 
     def _episode_key(self, number: Optional[int]) -> Optional[dict[str, Any]]:
         if number is None:

@@ -8,6 +8,7 @@ Layout, one JSON object per line, ``"t"`` naming the record type::
     {"t": "text", ...}      each text once, before the first observation that uses it
     {"t": "obs", ...}       in row order
     {"t": "entity", ...}  {"t": "edge", ...}  {"t": "experience", ...}  {"t": "marks", ...}
+    {"t": "fsnode", ...}    MemFS folders and files (current content, no history), parents first
     {"t": "end", "records": n, "counts": {...}, "sha256": "<hex of every byte before this line>"}
 
 ``ref`` fields are the row numbers in the exporting memory; references between
@@ -41,11 +42,12 @@ from typing import Any, Iterator, Optional, overload
 import numpy as np
 
 from emem_ros.core.errors import EmbeddingMismatchError, EmemError
+from emem_ros.memfs.transfer import FIELDS as FS_FIELDS
 
 FORMAT = "emem_ros-export"
 VERSION = 1
 GZIP_MAGIC = b"\x1f\x8b"
-TYPES = ("episode", "gist", "text", "obs", "entity", "edge", "experience", "marks")
+TYPES = ("episode", "gist", "text", "obs", "entity", "edge", "experience", "marks", "fsnode")
 
 
 class TransferError(EmemError):
@@ -197,6 +199,7 @@ FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
                    "metadata": ("json", True), "stamp": (_NUM, False), "episode": (int, True), "x": (_NUM, True),
                    "y": (_NUM, True), "z": (_NUM, True), "supersedes": (str, True), "vec": ("vec", True)},
     "marks": {"values": (dict, False)},
+    "fsnode": FS_FIELDS,
 }
 _NODE_TYPES = {"obs": "obs", "ep": "episode", "gist": "gist", "ent": "entity"}
 

@@ -56,6 +56,7 @@ from emem_ros.agent.transfer_format import (
 from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.state import CONSOLIDATION_MARKS, ENTITY_MARKS, EPISODES
 from emem_ros.core.types import EpisodeStatus, NodeKind, SourceType, Tier, make_id
+from emem_ros.memfs.transfer import import_nodes
 from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 from emem_ros.storage.store import NewObservation
 
@@ -162,7 +163,7 @@ class _Importer:
             return
         handler = {"episode": self._episodes, "gist": self._gists, "obs": self._observations,
                    "entity": self._entities, "edge": self._edges, "experience": self._experiences,
-                   "marks": self._marks}[kind]
+                   "marks": self._marks, "fsnode": self._fs_nodes}[kind]
         handler(records)
 
     # ------------------------------------------------------------------ episodes and gists
@@ -471,6 +472,13 @@ class _Importer:
         if values:
             with self.store.write() as conn:
                 conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", values)
+
+    def _fs_nodes(self, records: list[dict[str, Any]]) -> None:
+        """MemFS folders and files, merged by path (``memfs/transfer.py``)."""
+        added, existing, updated = import_nodes(self.engine, records)
+        self.report.added["fs_nodes"] += added
+        self.report.existing["fs_nodes"] += existing
+        self.report.updated["fs_nodes"] += updated
 
     # ------------------------------------------------------------------ helpers
     def _index(self, name: str, vectors: list[tuple[int, np.ndarray]]) -> None:

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from emem_ros.core.errors import EmemError
 
 SUBCOMMANDS = ("replay", "query", "stats", "map", "rebuild", "export", "importer", "mcp", "sync", "fleet",
-               "embeddings", "forget")
+               "embeddings", "forget", "fs")
 """Modules under emem_ros.cli; a missing one is skipped so partial installs still run."""
 
 

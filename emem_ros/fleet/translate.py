@@ -50,8 +50,13 @@ LOCAL_COLUMNS: dict[str, frozenset[str]] = {
 POSITION_COLUMNS = {"observations": ("x", "y", "z"), "entities": ("x", "y", "z"), "experiences": ("x", "y", "z"),
                     "gists": ("cx", "cy", "cz")}
 FLEET_POSITION = {"observations": "position", "entities": "position", "experiences": "position", "gists": "center"}
-IGNORED_TABLES = frozenset({"places", "texts_fts", "gists_fts", "experiences_fts", "forget_log", "redactions"})
-"""Derived or robot-local tables: FTS mirrors, places, and the forget audit trail (erasure stays on the robot)."""
+IGNORED_TABLES = frozenset({"places", "texts_fts", "gists_fts", "experiences_fts",
+                            # the forget audit trail: erasure is the robot's own record
+                            "forget_log", "redactions",
+                            # MemFS (an agent's own notes) stays on the robot: export/import moves it.
+                            "fs_nodes", "fs_nodes_fts", "fs_blobs", "fs_chunks", "fs_chunks_fts", "fs_ops",
+                            "fs_versions"})
+"""Derived or robot-local tables: FTS mirrors, places, the forget audit trail, MemFS."""
 ARCHIVAL_NULLS = {"observations": frozenset({"text_id", "metadata"})}
 """Columns the robot empties when it archives raw text; the fleet keeps its copy."""
 

@@ -34,6 +34,8 @@ VECTOR_TABLES = {
     "episodes": ("episodes", "id", "COALESCE(NULLIF(summary, ''), name)"),
     "experiences": ("experiences", "n",
                     "goal || ' ' || action || ' ' || result || ' ' || reflection"),
+    "fs_chunks": ("fs_chunks", "id", "text"),
+    "fs_nodes": ("fs_nodes", "id", "name || ': ' || description"),
 }
 
 

@@ -200,10 +200,107 @@ CREATE TRIGGER experiences_immutable BEFORE UPDATE OF id, goal, action, result, 
 BEGIN
     SELECT RAISE(ABORT, 'experience records are immutable; record a correction that supersedes it');
 END;
+
+# v5: MemFS, the filesystem planners write themselves (emem_ros/memfs). Nodes hold the current
+# tree; blobs every content ever written (by SHA-256); chunks the current files' line ranges with
+# their vectors; ops and versions the history (undo and restore add versions, never remove one).
+SCHEMA_V5 = """
+CREATE TABLE fs_blobs(
+    hash TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    size INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE fs_nodes(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    path TEXT NOT NULL UNIQUE,
+    parent TEXT NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    blob TEXT,
+    size INTEGER NOT NULL DEFAULT 0,
+    lines INTEGER NOT NULL DEFAULT 0,
+    perms TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    tags TEXT NOT NULL DEFAULT '[]',
+    version INTEGER NOT NULL,
+    created REAL NOT NULL,
+    modified REAL NOT NULL,
+    accessed REAL NOT NULL,
+    x REAL, y REAL, z REAL,
+    frame_id TEXT,
+    entity_id TEXT,
+    embedding BLOB
+);
+CREATE INDEX fs_nodes_parent ON fs_nodes(parent, name);
+CREATE INDEX fs_nodes_place ON fs_nodes(x, y) WHERE x IS NOT NULL;
+CREATE INDEX fs_nodes_entity ON fs_nodes(entity_id) WHERE entity_id IS NOT NULL;
+CREATE VIRTUAL TABLE fs_nodes_fts USING fts5(path, description, tags, content='fs_nodes', content_rowid='id',
+    tokenize='porter unicode61');
+CREATE TRIGGER fs_nodes_ai AFTER INSERT ON fs_nodes BEGIN
+    INSERT INTO fs_nodes_fts(rowid, path, description, tags) VALUES (new.id, new.path, new.description, new.tags);
+END;
+CREATE TRIGGER fs_nodes_ad AFTER DELETE ON fs_nodes BEGIN
+    INSERT INTO fs_nodes_fts(fs_nodes_fts, rowid, path, description, tags)
+        VALUES ('delete', old.id, old.path, old.description, old.tags);
+END;
+CREATE TRIGGER fs_nodes_au AFTER UPDATE OF path, description, tags ON fs_nodes BEGIN
+    INSERT INTO fs_nodes_fts(fs_nodes_fts, rowid, path, description, tags)
+        VALUES ('delete', old.id, old.path, old.description, old.tags);
+    INSERT INTO fs_nodes_fts(rowid, path, description, tags) VALUES (new.id, new.path, new.description, new.tags);
+END;
+
+CREATE TABLE fs_chunks(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id INTEGER NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    text TEXT NOT NULL,
+    embedding BLOB
+);
+CREATE INDEX fs_chunks_node ON fs_chunks(node_id, start_line);
+CREATE INDEX fs_chunks_hash ON fs_chunks(hash);
+CREATE VIRTUAL TABLE fs_chunks_fts USING fts5(text, content='fs_chunks', content_rowid='id',
+    tokenize='porter unicode61');
+CREATE TRIGGER fs_chunks_ai AFTER INSERT ON fs_chunks BEGIN
+    INSERT INTO fs_chunks_fts(rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER fs_chunks_ad AFTER DELETE ON fs_chunks BEGIN
+    INSERT INTO fs_chunks_fts(fs_chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+
+CREATE TABLE fs_ops(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stamp REAL NOT NULL,
+    agent TEXT NOT NULL,
+    session TEXT,
+    op TEXT NOT NULL,
+    path TEXT NOT NULL,
+    dest TEXT,
+    undo_of INTEGER,
+    undone_by INTEGER,
+    summary TEXT NOT NULL DEFAULT '',
+    x REAL, y REAL
+);
+CREATE INDEX fs_ops_agent ON fs_ops(agent, id);
+
+CREATE TABLE fs_versions(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    op_id INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    kind TEXT,
+    blob TEXT,
+    meta TEXT,
+    UNIQUE(path, version)
+);
+CREATE INDEX fs_versions_op ON fs_versions(op_id);
 """
 
 # version -> SQL that brings a file from version-1 to version.
-MIGRATIONS: dict[int, str] = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4}
+MIGRATIONS: dict[int, str] = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4, 5: SCHEMA_V5}
 LATEST = max(MIGRATIONS)
 
 

@@ -41,8 +41,11 @@ def store_specific_memory(env: ToolEnv, text: Any, x: Any = None, y: Any = None,
                         f"Stored {obs_id} in layer '{layer}'{where}{episode}: {quoted(text)}.", obs_id)
 
 
-def start_episode(env: ToolEnv, name: Any, parent_episode_id: Any = None, goal: Any = None) -> ActionResult:
+def start_episode(env: ToolEnv, name: Any, parent_episode_id: Any = None, goal: Any = None,
+                  agent_id: Any = None) -> ActionResult:
     name = env.text(name, "name")
+    if agent_id not in (None, "") and not isinstance(agent_id, str):
+        raise InvalidInputError(f"agent_id must be a string, got {agent_id!r}")
     if goal is not None and not isinstance(goal, str):
         raise InvalidInputError(f"goal must be a string, got {goal!r}")
     parent: Optional[str] = None
@@ -50,9 +53,14 @@ def start_episode(env: ToolEnv, name: Any, parent_episode_id: Any = None, goal: 
         parent = f"ep-{env.episode(parent_episode_id)}"
     episode_id = env.engine.start_episode(name, parent_episode_id=parent, goal=goal or None)
     nested = f" as a subtask of {parent}" if parent else ""
+    session = ""
+    if agent_id and env.memfs is not None:  # the planner's MemFS session lives as long as the episode
+        opened = env.memfs().open_for_episode(str(agent_id), episode_id)
+        session = f" MemFS session {opened.id} is open for {agent_id} (its /tmp/ is cleared when the episode ends)."
     return ActionResult("start_episode", True,
                         f"Started episode {episode_id} {quoted(name)}{nested}. Everything observed from now on"
-                        " belongs to it; call end_episode with the result when the task is done.", episode_id)
+                        " belongs to it; call end_episode with the result when the task is done." + session,
+                        episode_id)
 
 
 def end_episode(env: ToolEnv, consolidate: Any = True, result: Any = None, reflection: Any = None,

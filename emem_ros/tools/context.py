@@ -6,6 +6,7 @@ import math
 from typing import Any, Optional
 
 from emem_ros.core.types import Position
+from emem_ros.memfs.notes import pinned_near
 from emem_ros.tools.body import body_status
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
@@ -39,7 +40,9 @@ def get_current_context(env: ToolEnv, radius: Any = 3.0, include_recent_minutes:
             episode = f"{episode} '{env.store.get_episode(number).name}'"
         except Exception:  # the name is decoration; the id is what matters
             pass
-    return ContextResult(position, source, radius, minutes, nearby, entities, gists, recent, body, episode, now)
+    pinned = [str(n) for n in pinned_near(env.store, position, radius, [h.id for h in entities])]
+    return ContextResult(position, source, radius, minutes, nearby, entities, gists, recent, body, episode, now,
+                         pinned)
 
 
 def current_position(env: ToolEnv) -> tuple[Optional[Position], str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -24,6 +24,9 @@ MAX_RESULTS = 100
 
 
 class ToolEnv:
+    memfs: Optional[Callable[[], Any]] = None
+    """The memory's MemFS (``emem_ros/memfs``), when the facade offers one: the fs_* tools, agent sessions."""
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.store = engine.store

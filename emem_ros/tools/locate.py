@@ -37,6 +37,7 @@ import numpy as np
 from emem_ros.core.types import NodeKind, make_id, rounded
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE
+from emem_ros.memfs.notes import pinned_near
 from emem_ros.storage.sqlutil import marks
 from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
@@ -359,8 +360,9 @@ def recall(env: ToolEnv, query: Any, n_results: Any = 10, radius_multiplier: Any
     if where.position is None or where.radius is None:
         gists = gist_search(env, query, Filters(), 3, now)
         entities = entities_near(env, None, None, 3, name=query)
-        notes = [] if (matches or gists or entities) else ["nothing in memory resembles this query"]
-        return RecallResult(query, None, None, matches, [], gists, entities, now, notes)
+        pinned = [str(p) for p in pinned_near(env.store, None, 0.0, [h.id for h in entities])]
+        notes = [] if (matches or gists or entities or pinned) else ["nothing in memory resembles this query"]
+        return RecallResult(query, None, None, matches, [], gists, entities, now, notes, pinned)
     radius = round(max(where.radius * multiplier, 2.0), 2)
     around = Filters(center=where.position, radius=radius)
     nearby = nearby_hits(env, around, n, gists=False)
@@ -370,5 +372,6 @@ def recall(env: ToolEnv, query: Any, n_results: Any = 10, radius_multiplier: Any
     if where.elsewhere:
         places = "; ".join(f"({p.position[0]:.1f}, {p.position[1]:.1f}) \"{p.label}\"" for p in where.elsewhere)
         notes.append(f"also seen elsewhere (use locate for details): {places}")
-    return RecallResult(query, where.position, radius, matches, nearby, gists, entities, now, notes)
+    pinned = [str(p) for p in pinned_near(env.store, where.position, radius, [h.id for h in entities])]
+    return RecallResult(query, where.position, radius, matches, nearby, gists, entities, now, notes, pinned)
 

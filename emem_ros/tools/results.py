@@ -317,9 +317,11 @@ class RecallResult:
     entities: list[Hit]
     now: float
     notes: list[str] = field(default_factory=list)
+    pinned: list[str] = field(default_factory=list)
+    """Notes (MemFS files) pinned near the place or to the entities found."""
 
     def __str__(self) -> str:
-        if not (self.matches or self.nearby or self.gists or self.entities):
+        if not (self.matches or self.nearby or self.gists or self.entities or self.pinned):
             return "\n".join([f"Nothing remembered about {quoted(self.query)}."] + [f"Note: {n}" for n in self.notes])
         if self.center is not None:
             lines = [f"About {quoted(self.query)}: it is around {fmt_pos(self.center)};"
@@ -331,6 +333,9 @@ class RecallResult:
             if hits:
                 lines.append(f"{title}:")
                 lines += numbered(hits, self.now, "  ")
+        if self.pinned:
+            lines.append("Notes pinned here (your notes; fs_read to open):")
+            lines += [f"  - {p}" for p in self.pinned]
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -479,6 +484,8 @@ class ContextResult:
     body: Optional[BodyStatusResult]
     active_episode: Optional[str]
     now: float
+    pinned: list[str] = field(default_factory=list)
+    """Notes (MemFS files) pinned near the robot."""
 
     def __str__(self) -> str:
         lines = [f"Now: {fmt_clock(self.now)}"]
@@ -496,6 +503,9 @@ class ContextResult:
                 lines += numbered(hits, self.now, "  ")
         if self.position is not None and not (self.nearby or self.entities or self.gists):
             lines.append(f"Nothing remembered within {self.radius:g} m.")
+        if self.pinned:
+            lines.append("Notes pinned here (your notes; fs_read to open):")
+            lines += [f"  - {p}" for p in self.pinned]
         if not self.recent:
             lines.append(f"Nothing observed in the last {self.minutes:g} min.")
         if self.body is not None and self.body.readings:

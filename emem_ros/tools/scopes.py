@@ -21,7 +21,8 @@ Scopes (the granularity)
   (consolidation promoting rows, archival, any UPDATE/DELETE, texts or
   places written without observation rows). Every observation question
   depends on it.
-- ``gists``, ``entities`` (entities and edges), ``episodes``, ``experiences``.
+- ``gists``, ``entities`` (entities and edges), ``episodes``, ``experiences``,
+  ``notes`` (MemFS: recall shows notes pinned near what it found).
 - ``*``: anything else, or a commit whose statements are unknown (the store
   runs without its operation log). Every answer depends on it.
 
@@ -47,6 +48,7 @@ GISTS = "gists"
 ENTITIES = "entities"
 EPISODES = "episodes"
 EXPERIENCES = "experiences"
+NOTES = "notes"
 
 _BODY = SourceType.INTEROCEPTION.value
 _WRITE = re.compile(
@@ -61,6 +63,8 @@ _TABLE_SCOPES = {
     "entities": ENTITIES, "edges": ENTITIES,
     "episodes": EPISODES,
     "experiences": EXPERIENCES, "experiences_fts": EXPERIENCES,
+    **{t: NOTES for t in ("fs_nodes", "fs_nodes_fts", "fs_blobs", "fs_chunks", "fs_chunks_fts", "fs_ops",
+                          "fs_versions")},
 }
 _OBSERVATION_SIDE = {"texts", "texts_fts", "places"}
 """Written with observation rows; attributed to their layers when the transaction inserts some."""

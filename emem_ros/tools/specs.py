@@ -204,7 +204,7 @@ TOOLS: tuple[ToolDef, ...] = (
     ToolDef(
         name="recall",
         run=locate.recall,
-        cache=CachePolicy("query", lambda a: _obs({}, sc.GISTS, sc.ENTITIES), ranked_with_recency=True),
+        cache=CachePolicy("query", lambda a: _obs({}, sc.GISTS, sc.ENTITIES, sc.NOTES), ranked_with_recency=True),
         srv="Recall",
         facade=True,
         description=(
@@ -287,6 +287,7 @@ ACTIONS: tuple[ToolDef, ...] = (
             "name": _p("string", "Short name of the task."),
             "parent_episode_id": _p("string", "Episode this one is a subtask of, e.g. 'ep-2'."),
             "goal": _p("string", "What the task should achieve."),
+            "agent_id": _p("string", "Your agent id, to open your MemFS session (your own /tmp/) for the task."),
         }, ("name",)),
         time_params=(),
     ),

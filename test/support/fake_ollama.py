@@ -108,6 +108,8 @@ class FakeOllama:
         self.dim = dim
         self.mode = mode
         self.responder: Responder = responder or default_responder
+        self.chat_replies: list[dict[str, Any]] = []
+        """Scripted assistant messages (e.g. with ``tool_calls``) /api/chat answers first, in order."""
         self.models = tuple(models)
         self.strict_models = strict_models  # unknown model -> 404, as a real server does
         self.hang_seconds = hang_seconds
@@ -354,6 +356,11 @@ class _Handler(BaseHTTPRequestHandler):
                                   "message": message, "eval_count": 1})
             return
         messages = body.get("messages") or []
+        if self.fake.chat_replies:
+            message = self.fake.chat_replies.pop(0)
+            self._send_json(200, {"model": model, "created_at": _now(), "done": True, "done_reason": "stop",
+                                  "message": message})
+            return
         user = [m.get("content") or "" for m in messages if isinstance(m, dict) and m.get("role") == "user"]
         text = self.fake.responder(user[-1] if user else "") or ""
         self._reply(body, model, text, lambda part: {"message": {"role": "assistant", "content": part}})
