@@ -200,6 +200,7 @@ CREATE TRIGGER experiences_immutable BEFORE UPDATE OF id, goal, action, result, 
 BEGIN
     SELECT RAISE(ABORT, 'experience records are immutable; record a correction that supersedes it');
 END;
+"""
 
 # v5: MemFS, the filesystem planners write themselves (emem_ros/memfs). Nodes hold the current
 # tree; blobs every content ever written (by SHA-256); chunks the current files' line ranges with
