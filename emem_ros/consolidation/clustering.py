@@ -182,8 +182,9 @@ def _refine_boundaries(bounds: list[int], px: np.ndarray, py: np.ndarray, max_si
         cost = np.where(sizes_ok, sse_left + sse_right, np.inf)
         best = int(np.argmin(cost)) + 1
         current = bounds[k] - lo
-        if best == current or not cost[best - 1] < cost[current - 1] - 1e-9 * (1.0 + cost[current - 1]):
-            continue  # no real improvement (ties: keep what the sweep decided)
+        now = cost[current - 1]
+        if best == current or not np.isfinite(now) or not cost[best - 1] < now - 1e-9 * (1.0 + now):
+            continue  # no real improvement (ties, or a current split past the size limit: keep the sweep's)
         if _extent(jx[:best], jy[:best]) > max_extent or _extent(jx[best:], jy[best:]) > max_extent:
             continue
         bounds[k] = lo + best
