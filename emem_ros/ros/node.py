@@ -390,12 +390,14 @@ class MemoryNode(LifecycleNode):
 def main(args: Optional[list[str]] = None) -> int:
     """`ros2 run emem_ros memory_node`: spin until SIGINT/SIGTERM, then flush, close and exit 0."""
     stop = threading.Event()
+    stop_signal: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
         # One stop is enough: later signals (launch's SIGINT after the terminal's) must not
         # interrupt the flush.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop_signal.append(signum)
         stop.set()
 
     rclpy.init(args=args, **_no_rclpy_signal_handlers())
@@ -434,7 +436,9 @@ def main(args: Optional[list[str]] = None) -> int:
         except Exception:
             pass
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # After a stop signal the process is on its way out: a late SIGINT (launch sends one after
+            # the terminal's) must not turn the clean exit into "died, exit code -2".
+            signal.signal(sig, signal.SIG_IGN if stop_signal else handler)
     if failure:
         raise failure[0]
     return 0 if closed else 1
