@@ -142,7 +142,7 @@ def test_bag_played_into_the_live_node_equals_replay(bag, tmp_path, probe):
                            located.location.point.y - mug["position"][1])
         assert error <= 0.3, f"red mug located {error:.2f} m from the ground truth"
 
-        # Battery crossings: the live node's stamps are replay's (and the ground truth's, within a reading).
+        # Battery crossings: the live node's stamps are replay's, none before the true crossing.
         replayed = open_memory(replay_db)
         try:
             for level, when in GROUND_TRUTH["battery_below"].items():
@@ -153,7 +153,7 @@ def test_bag_played_into_the_live_node_equals_replay(bag, tmp_path, probe):
                 replay_stamps = sorted(c.after.stamp for c in replayed.tools.call("body_status", layers=["battery"],
                                                                                      below=below).crossings)
                 assert live_stamps == pytest.approx(replay_stamps, abs=1e-6), f"below {below:g} %"
-                assert live_stamps and abs(live_stamps[0] - when) <= 1.5, f"below {below:g} %: {live_stamps}"
+                assert live_stamps and min(live_stamps) >= when, f"below {below:g} %: {live_stamps} before {when}"
         finally:
             replayed.close()
 
@@ -261,7 +261,12 @@ def test_bad_parameters_fail_configure_then_param_set_fixes_and_lifecycle_cli(tm
             assert lifecycle_set("/memory", "cleanup")
         mark = len(node.log())
         for transition, state in [("configure", "inactive"), ("activate", "active"), ("deactivate", "inactive"),
-                                  ("activate", "active"), ("cleanup", "unconfigured"), ("shutdown", "finalized")]:
+                                  ("activate", "active"), ("cleanup", None), ("deactivate", "inactive"),
+                                  ("cleanup", "unconfigured"), ("shutdown", "finalized")]:
+            if state is None:  # not a transition from active: refused with an answer, nothing changes
+                assert not lifecycle_set("/memory", transition)
+                assert lifecycle_state("/memory") == "active"
+                continue
             assert lifecycle_set("/memory", transition), f"{transition}: {node.log()[mark:]}"
             assert lifecycle_state("/memory") == state, transition
         assert db.exists()
