@@ -40,13 +40,12 @@ from visualization_msgs.msg import MarkerArray  # noqa: E402
 
 from emem_ros import srv as emem_srv  # noqa: E402
 from emem_ros.ros.services import SERVICES  # noqa: E402
-from test.ros.graph import (  # noqa: E402
-    BAGS, ROOT, LaunchedMemory, intake_counts, play_bag, ros2, stored_per_layer, write_params,
-)
+from test.ros import graph  # noqa: E402
+from test.ros.graph import LaunchedMemory  # noqa: E402
 
 BAG_RATE = float(os.environ.get("EMEM_ROS_BAG_RATE", "10"))
 """Playback rate. Parity holds at 10x on a loaded 2-core machine (13.1 bag minutes in ~80 s)."""
-GROUND_TRUTH = json.loads((BAGS / "ground_truth.json").read_text())
+GROUND_TRUTH = json.loads((graph.BAGS / "ground_truth.json").read_text())
 WAIT = 30.0
 
 
@@ -122,14 +121,14 @@ def test_bag_played_into_the_live_node_equals_replay(bag, tmp_path, probe):
     from emem_ros.replay import ReplayOptions, replay_bag
     from emem_ros.ros.params import load_params_yaml
 
-    params_file, db = write_params(tmp_path / "live")
+    params_file, db = graph.write_params(tmp_path / "live")
     node = LaunchedMemory(tmp_path, params_file, use_sim_time=True)
     try:
         node.wait_active()
-        player = play_bag(BAGS / bag, BAG_RATE)
+        player = graph.play_bag(graph.BAGS / bag, BAG_RATE)
         # `emem replay` of the same bag with the same parameters, in this process while the bag plays.
         replay_db = tmp_path / "replay.db"
-        summary = replay_bag(BAGS / bag, load_params_yaml(params_file),
+        summary = replay_bag(graph.BAGS / bag, load_params_yaml(params_file),
                              ReplayOptions(db_path=str(replay_db), progress=False))
         output, _ = player.communicate(timeout=2 * 800 / BAG_RATE + 120)
         assert player.returncode == 0, output
@@ -171,8 +170,8 @@ def test_bag_played_into_the_live_node_equals_replay(bag, tmp_path, probe):
     finally:
         node.stop()
 
-    live = intake_counts(node.log())
-    stored = stored_per_layer(db)
+    live = graph.intake_counts(node.log())
+    stored = graph.stored_per_layer(db)
     for layer in bag_layers(params_file):
         report = next(r for r in summary.layers if r.name == layer)
         # Exact, no tolerance: the node thins on message stamps and interpolates odometry at them,
@@ -187,20 +186,20 @@ README_ROW = re.compile(r"^\| `(\w+)` \| `(\w+)` \| `(ros2 service call [^`]*)` 
 
 
 def readme_service_calls() -> dict[str, list[str]]:
-    rows = [README_ROW.match(line) for line in (ROOT / "README.md").read_text().splitlines()]
+    rows = [README_ROW.match(line) for line in (graph.ROOT / "README.md").read_text().splitlines()]
     return {row.group(1): shlex.split(row.group(3)) for row in rows if row}
 
 
 def test_every_readme_service_example_answers(tmp_path):
     calls = readme_service_calls()
     assert set(calls) == {s.name for s in SERVICES}, "the README's service table and the node's services differ"
-    params_file, _ = write_params(tmp_path)
+    params_file, _ = graph.write_params(tmp_path)
     node = LaunchedMemory(tmp_path, params_file)
     try:
         node.wait_active()
         for name, command in calls.items():  # table order: start_episode before end_episode
             assert command[:3] == ["ros2", "service", "call"] and command[3] == f"/memory/{name}"
-            result = ros2(*command[1:], timeout=90.0)
+            result = graph.ros2(*command[1:], timeout=90.0)
             assert result.returncode == 0, f"{name}: {result.stdout}\n{result.stderr}"
             assert "success=True" in result.stdout, f"{name}: {result.stdout}"
         assert node.ctrl_c() == 0
@@ -211,11 +210,11 @@ def test_every_readme_service_example_answers(tmp_path):
 
 # ---------------------------------------------------------------------------- parameters and lifecycle
 def lifecycle_state(node: str) -> str:
-    return ros2("lifecycle", "get", node).stdout.split(" [")[0].strip()
+    return graph.ros2("lifecycle", "get", node).stdout.split(" [")[0].strip()
 
 
 def lifecycle_set(node: str, transition: str) -> bool:
-    result = ros2("lifecycle", "set", node, transition)
+    result = graph.ros2("lifecycle", "set", node, transition)
     return result.returncode == 0 and "successful" in result.stdout
 
 
@@ -233,7 +232,7 @@ def read_only_folder(tmp_path: Path) -> Path:
 
 
 def test_bad_parameters_fail_configure_then_param_set_fixes_and_lifecycle_cli(tmp_path):
-    params_file, db = write_params(tmp_path, **{"layers.scene.msg_type": "std_msgs/msg/NoSuchType"})
+    params_file, db = graph.write_params(tmp_path, **{"layers.scene.msg_type": "std_msgs/msg/NoSuchType"})
     node = LaunchedMemory(tmp_path, params_file, autostart=False)
     try:
         node.wait_for_log(r"memory_node-\d+\]: process started")
@@ -249,14 +248,14 @@ def test_bad_parameters_fail_configure_then_param_set_fixes_and_lifecycle_cli(tm
         ]
         for name, bad, good, words in cases:
             if bad is not None:
-                ros2("param", "set", "/memory", name, bad, check=True)
+                graph.ros2("param", "set", "/memory", name, bad, check=True)
             mark = len(node.log())
             assert not lifecycle_set("/memory", "configure"), f"{name}={bad}: configure succeeded"
             assert lifecycle_state("/memory") == "unconfigured"
             time.sleep(0.5)  # the log line may trail the service answer
             errors = [line for line in node.log()[mark:].splitlines() if "[ERROR]" in line]
             assert len(errors) == 1 and name in errors[0] and words in errors[0], errors
-            ros2("param", "set", "/memory", name, good, check=True)
+            graph.ros2("param", "set", "/memory", name, good, check=True)
             assert lifecycle_set("/memory", "configure"), node.log()[mark:]
             assert lifecycle_set("/memory", "cleanup")
         mark = len(node.log())
@@ -286,12 +285,12 @@ def committed(db: Path) -> int:
 
 
 def test_sigkill_mid_bag_loses_nothing_committed(tmp_path):
-    params_file, db = write_params(tmp_path)
+    params_file, db = graph.write_params(tmp_path)
     node = LaunchedMemory(tmp_path, params_file, use_sim_time=True)
     player = None
     try:
         node.wait_active()
-        player = play_bag(BAGS / "patrol_mcap", BAG_RATE)
+        player = graph.play_bag(graph.BAGS / "patrol_mcap", BAG_RATE)
         deadline = time.monotonic() + 120.0
         while not db.exists() or committed(db) < 300:
             assert time.monotonic() < deadline and player.poll() is None, "the node stored too little"
@@ -328,7 +327,7 @@ def test_two_namespaced_memories_do_not_cross_talk(tmp_path, probe):
     nodes: dict[str, LaunchedMemory] = {}
     try:
         for robot in captions:
-            params_file, _ = write_params(tmp_path / robot, layer_names=["scene"], odom_topic="odom",
+            params_file, _ = graph.write_params(tmp_path / robot, layer_names=["scene"], odom_topic="odom",
                                           **{"layers.scene.topic": "scene"})
             nodes[robot] = LaunchedMemory(tmp_path / robot, params_file, namespace=robot)
         for node in nodes.values():
@@ -354,7 +353,7 @@ def test_two_namespaced_memories_do_not_cross_talk(tmp_path, probe):
         assert captions["robot1"] not in search("robot2", captions["robot1"])
         for robot, node in nodes.items():
             assert node.ctrl_c() == 0
-            assert stored_per_layer(tmp_path / robot / "memory.db").keys() <= {"scene"}
+            assert graph.stored_per_layer(tmp_path / robot / "memory.db").keys() <= {"scene"}
     finally:
         for node in nodes.values():
             node.stop()
