@@ -12,7 +12,8 @@
 #   - pytest 7 in that venv: Humble's launch_testing plugin cannot load in pytest >= 8.
 # Where $SHARED_ROS2 is absent (no ROS for this machine) it says so and exits 0: the ROS half is skipped.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+script=$(realpath "$0")
+cd "$(dirname "$script")/.."
 root=$(pwd)
 shared=${SHARED_ROS2:-../shared/ros2}
 venv=${ROS_VENV:-.venv-ros}
@@ -38,7 +39,7 @@ export ROS_LOG_DIR=${ROS_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/emem_ros_log.XXXX
 
 started=$(date +%s)
 stamp="$venv/.emem-ros-installed"
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ "$0" -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ "$script" -nt "$stamp" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install --quiet 'numpy>=1.22,<2' 'hnswlib>=0.8' 'rtree>=1.1' 'scipy>=1.8' \
     'PyYAML>=5.4' 'rosbags>=0.10' 'tqdm>=4.60' 'pytest>=7,<8' 'pytest-timeout>=2'
