@@ -1,7 +1,6 @@
 """The fleet store on PostgreSQL: sync throughput, flush-to-queryable lag, disk per observation.
 
-Sections (``--only`` picks some; phase 2 adds ``tools``: fleet tool p50/p95 at
-10 robots x 100k observations against the same tools on one robot's file):
+Sections (``--only`` picks some):
 
 - ``sync``: robots' memories (a real ``Memory`` fed a 20-room patrol stream,
   dense 384-float vectors like a language model's) are shipped into an empty
@@ -15,6 +14,9 @@ Sections (``--only`` picks some; phase 2 adds ``tools``: fleet tool p50/p95 at
   5 s); a reader polls PostgreSQL every 20 ms. Lag = first seen in the fleet
   minus the flush that committed it on the robot.
 - ``hnsw``: pgvector's HNSW insertion alone (what bounds the captions stream).
+- ``tools``: fleet tool p50/p95 at 10 robots x 100k observations (each robot
+  its own patrol, 2 % new texts, its map 30 m along x in the fleet frame)
+  against the same tools on one robot's SQLite file of 100k.
 - ``disk``: bytes per observation in PostgreSQL (every fleet table with its
   indexes and TOAST, texts included), after the ``sync`` section, against
   the robot's own SQLite file and log.
@@ -244,18 +246,131 @@ def section_hnsw(url: str, results: dict, rounds: int = 3, batch: int = 5000) ->
     return lines + [""]
 
 
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    return float(np.percentile(samples, 50)) * 1000, float(np.percentile(samples, 95)) * 1000
+
+
+def _time_calls(calls: list[Callable[[], object]], rounds: int = 2) -> list[float]:
+    """Seconds per call, warm (the first round is discarded: it fills caches on both sides)."""
+    for call in calls:
+        call()
+    out = []
+    for _ in range(rounds):
+        for call in calls:
+            started = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - started)
+    return out
+
+
+def section_tools(url: str, work: Path, robots: int, n: int, results: dict, unique: float = 0.02) -> list[str]:
+    """Fleet tool p50/p95 at ``robots`` x ``n`` observations, against the same tools on one robot's file."""
+    from emem_ros.fleet.memory import FleetMemory
+    from emem_ros.fleet.robots import add_robot
+    from emem_ros.fleet.transform import RigidTransform
+
+    tools_url = url.rsplit("/", 1)[0] + "/postgres"
+    with db.connect(tools_url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS bench_tools")
+        conn.execute("CREATE DATABASE bench_tools")
+    url = tools_url.rsplit("/", 1)[0] + "/bench_tools"
+    with db.connect(url) as conn:
+        init_fleet(conn, dim=DenseEmbedder.dim)
+        for r in range(robots):  # the robots' patrol ellipses (40 m x 20 m) overlap by 10 m in the fleet frame
+            add_robot(conn, f"robot{r + 1}", RigidTransform(30.0 * r, 0.0, 0.0))
+    built = synced = 0.0
+    first = None
+    for r in range(robots):
+        started = time.perf_counter()
+        path = make_robot(work, n, unique, 500 + r)
+        built += time.perf_counter() - started
+        first = first or path
+        started = time.perf_counter()
+        sync_memory(path, url, f"robot{r + 1}")
+        synced += time.perf_counter() - started
+        if r:
+            path.unlink()
+            for extra in path.parent.glob(path.name + "*"):
+                shutil.rmtree(extra, ignore_errors=True) if extra.is_dir() else extra.unlink()
+        print(f"tools: robot {r + 1}/{robots} built and synced ({built:.0f} s building, {synced:.0f} s syncing)",
+              flush=True)
+    with db.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        total = conn.execute("SELECT count(*) FROM fleet.observations").fetchone()[0]
+        texts = conn.execute("SELECT count(*) FROM fleet.texts").fetchone()[0]
+    rng = random.Random(9)
+    labels = LABELS + ["forklift", "a spilled drink", "pallet 4711", "the red chair"]
+    queries = [rng.choice(labels) for _ in range(10)] + [rng.choice(SCENES) for _ in range(5)]
+    points = [(20 * math.cos(a) + 30.0 * rng.randrange(robots), 10 * math.sin(a))
+              for a in (rng.uniform(0, 2 * math.pi) for _ in range(15))]
+    fleet = FleetMemory(url, embedding_provider=DenseEmbedder(), now="latest")
+    assert first is not None
+    import sqlite3
+
+    with sqlite3.connect(first) as conn:
+        newest = conn.execute("SELECT max(stamp) FROM observations").fetchone()[0]
+    local = Memory(config=MemoryConfig(db_path=str(first), flush_interval=0.0, index_save_interval=0.0,
+                                       query_cache_enabled=False),  # both sides answer every call in full
+                   embedding_provider=DenseEmbedder(), get_current_time=lambda: newest)
+    local_points = [(x - 30.0 * int((x + 20) // 30), y) for x, y in points]
+    one = ["robot1"]
+    cases: list[tuple[str, list, list]] = [
+        ("semantic_search", [lambda q=q: fleet.semantic_search(q) for q in queries],
+         [lambda q=q: local.semantic_search(q) for q in queries]),
+        ("semantic_search robots=[1]", [lambda q=q: fleet.semantic_search(q, robots=one) for q in queries], []),
+        ("locate", [lambda q=q: fleet.locate(q) for q in queries], [lambda q=q: local.locate(q) for q in queries]),
+        ("locate robots=[1]", [lambda q=q: fleet.locate(q, robots=one) for q in queries], []),
+        ("spatial_query r=2", [lambda p=p: fleet.spatial_query(p[0], p[1], radius=2.0) for p in points],
+         [lambda p=p: local.spatial_query(p[0], p[1], radius=2.0) for p in local_points]),
+        ("temporal_query 10 min", [lambda: fleet.temporal_query(last_n_minutes=10)] * 5,
+         [lambda: local.temporal_query(last_n_minutes=10)] * 5),
+        ("recall", [lambda q=q: fleet.recall(q) for q in queries[:8]],
+         [lambda q=q: local.recall(q) for q in queries[:8]]),
+        ("entity_query near", [lambda p=p: fleet.entity_query(near_x=p[0], near_y=p[1]) for p in points[:5]],
+         [lambda p=p: local.entity_query(near_x=p[0], near_y=p[1]) for p in local_points[:5]]),
+        ("search_gists", [lambda q=q: fleet.search_gists(q) for q in queries[:5]],
+         [lambda q=q: local.search_gists(q) for q in queries[:5]]),
+    ]
+    lines = [f"## fleet tools: {robots} robots x {n:,} observations = {total:,} in the fleet store "
+             f"({texts:,} distinct texts)", "",
+             f"Built the robots in {built:.0f} s, synced them in {synced:.0f} s ({total / max(synced, 1e-9):,.0f} "
+             "obs/s). Warm p50/p95 in ms over the query set (2 rounds after a warm-up round); the robot column is "
+             f"the same tool on one robot's SQLite file ({n:,} observations).", "",
+             "| tool | fleet p50 | fleet p95 | one robot p50 | one robot p95 |", "|:--|--:|--:|--:|--:|"]
+    try:
+        for name, fleet_calls, local_calls in cases:
+            f50, f95 = _percentiles(_time_calls(fleet_calls))
+            row = f"| {name} | {f50:.1f} | {f95:.1f} |"
+            if local_calls:
+                l50, l95 = _percentiles(_time_calls(local_calls))
+                row += f" {l50:.1f} | {l95:.1f} |"
+            else:
+                row += " | |"
+            lines.append(row)
+            results[f"tools_{name}"] = f50
+            print(row, flush=True)
+        lines += ["", "Sample fleet answer (locate, first lines):", "```",
+                  *str(fleet.locate(LABELS[2])).splitlines()[:6], "```", ""]
+    finally:
+        fleet.close()
+        local.close()
+    return lines
+
+
 SECTIONS: dict[str, Callable[..., list[str]]] = {"sync": section_sync, "disk": section_disk, "lag": section_lag,
-                                                 "hnsw": section_hnsw}
+                                                 "hnsw": section_hnsw, "tools": section_tools}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--url", default=None, help="an existing, empty PostgreSQL database (default: start one)")
-    parser.add_argument("--only", default="sync,disk,lag,hnsw", help="sections, comma-separated: sync, disk, lag, hnsw")
+    parser.add_argument("--only", default="sync,disk,lag,hnsw,tools",
+                        help="sections, comma-separated: sync, disk, lag, hnsw, tools")
     parser.add_argument("--robots", type=int, default=None)
     parser.add_argument("--observations", type=int, default=None)
     parser.add_argument("--lag-seconds", type=float, default=None)
+    parser.add_argument("--tool-robots", type=int, default=None, help="robots in the tools section (default 10)")
     parser.add_argument("--save", action="store_true", help="write bench/results/fleet-<date>.txt")
     args = parser.parse_args(argv)
     robots = args.robots or (2 if args.quick else 3)
@@ -289,6 +404,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 lines += section_lag(url, work, lag_seconds, results)
             elif name == "hnsw":
                 lines += section_hnsw(url, results)
+            elif name == "tools":
+                lines += section_tools(url, work, args.tool_robots or (3 if args.quick else 10), n, results)
             else:
                 raise SystemExit(f"unknown section {name!r}; sections: {', '.join(SECTIONS)}")
             print("\n".join(lines[-12:]), flush=True)

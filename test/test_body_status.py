@@ -279,7 +279,7 @@ def test_bad_calls_get_plain_word_errors(world, arguments, words):
 @pytest.mark.parametrize("value", [math.nan, math.inf, "abc", [30]])
 def test_bad_thresholds_in_direct_calls_are_refused_in_words(world, value):
     memory, _, _ = world
-    with pytest.raises(ValueError, match="units body_status shows"):
+    with pytest.raises(ValueError, match="'below' must be a number"):  # the schema's check, as for an LLM's call
         memory.tools.body_status(below=value)
 
 

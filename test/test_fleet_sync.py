@@ -452,7 +452,8 @@ def test_init_creates_the_indexes_the_fleet_queries_need(fleet):
                  "gists_center", "entities_position", "observations_stamp", "gists_time", "entities_last_seen",
                  "experiences_stamp", "episodes_start"):
         assert name in indexes
-    assert meta["schema_version"] == "1" and meta["embedding_dim"] == str(DIM)
+    assert "(robot_id, text_id, stamp)" in indexes["observations_robot_text"]
+    assert meta["schema_version"] == "2" and meta["embedding_dim"] == str(DIM)
 
 
 def test_init_needs_the_right_to_create_extensions(fleet_url):

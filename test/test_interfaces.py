@@ -53,6 +53,7 @@ OTHER_SERVICES: dict[str, tuple[str, ...]] = {
     "find_experiences": ("query", "success", "tags", "time_after", "time_before", "episode_id", "n_results"),
     "memory_stats": (),
     "call_tool": ("tool", "arguments_json"),
+    "list_tools": ("read_only",),
 }
 ALL_SERVICES = {**TOOLS, **ACTIONS, **OTHER_SERVICES}
 
@@ -77,6 +78,7 @@ RESULT_LISTS: dict[str, dict[str, str]] = {
     "find_experiences": {"result_json": "string"},
     "memory_stats": {"stats_json": "string"},
     "call_tool": {"result_json": "string"},
+    "list_tools": {"tools_json": "string"},
 }
 
 # Request conventions, by field name.
@@ -86,7 +88,7 @@ REQUEST_TYPES: dict[str, str] = {
     "spatial_radius": "float64", "radius": "float64", "n_results": "uint32", "last_n": "uint32",
     "last_n_minutes": "float64", "include_recent_minutes": "float64", "radius_multiplier": "float64",
     "success": "int8", "layers": "string[]", "tags": "string[]", "consolidate": "bool",
-    "at_time": "string", "below": "float64", "above": "float64",
+    "at_time": "string", "below": "float64", "above": "float64", "read_only": "bool",
 }
 
 # Field names that collide with a keyword of a generated language break the build
@@ -338,7 +340,8 @@ def test_cmake_installs_python_sources_without_colliding_with_the_generator() ->
     assert re.search(r"ament_get_python_install_dir\(\s*py_dir\s*\)", text)
     assert re.search(r"install\(\s*DIRECTORY\s+emem_ros/\s+DESTINATION\s+\"?\$\{py_dir\}/emem_ros\"?", text)
     assert re.search(r"PATTERN\s+\"?__pycache__\"?\s+EXCLUDE", text)
-    assert re.search(r"install\(\s*PROGRAMS\s+scripts/memory_node\s+DESTINATION\s+lib/\$\{PROJECT_NAME\}", text)
+    programs = re.search(r"install\(\s*PROGRAMS\s+([^)]*?)\s+DESTINATION\s+lib/\$\{PROJECT_NAME\}", text)
+    assert programs and set(programs.group(1).split()) == {f"scripts/{name}" for name in ENTRY_SCRIPTS}
     assert re.search(r"install\(\s*DIRECTORY\s+launch\s+config\s+DESTINATION\s+share/\$\{PROJECT_NAME\}", text)
     assert re.search(r"if\(BUILD_TESTING\).*ament_add_pytest_test\(\s*\w+\s+test\b", text, re.S)
     assert text.rstrip().endswith("ament_package()")
@@ -419,14 +422,19 @@ def test_launch_file_starts_a_lifecycle_node_humble_can_run() -> None:
     assert states.get("goal_state") == "inactive"
 
 
-def test_entry_script_is_executable_and_calls_the_node_main() -> None:
-    path = ROOT / "scripts" / "memory_node"
-    assert os.access(path, os.X_OK), "scripts/memory_node must be executable (chmod +x)"
+ENTRY_SCRIPTS = {"memory_node": "emem_ros.ros.node", "example_planner": "emem_ros.ros.planner"}
+"""`ros2 run emem_ros <script>` -> the module whose main() it calls."""
+
+
+@pytest.mark.parametrize("script", sorted(ENTRY_SCRIPTS))
+def test_entry_script_is_executable_and_calls_the_node_main(script: str) -> None:
+    path = ROOT / "scripts" / script
+    assert os.access(path, os.X_OK), f"scripts/{script} must be executable (chmod +x)"
     source = path.read_text()
     assert source.startswith("#!/usr/bin/env python3\n")
     tree = ast.parse(source)
     compile(source, str(path), "exec")
-    imports = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "emem_ros.ros.node"]
+    imports = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == ENTRY_SCRIPTS[script]]
     assert imports and any(alias.name == "main" for alias in imports[0].names)
     assert calls(tree, "main")
 
@@ -442,7 +450,7 @@ def test_every_declared_tool_with_a_service_matches_its_srv(typestore) -> None:
     from emem_ros.tools.specs import TOOL_SPECS
 
     declared = [t for t in (*TOOL_SPECS, *AGENT_TOOLS) if t.srv]
-    assert {t.srv for t in declared} | {"CallTool"} == {p.stem for p in (ROOT / "srv").glob("*.srv")}
+    assert {t.srv for t in declared} | {"CallTool", "ListTools"} == {p.stem for p in (ROOT / "srv").glob("*.srv")}
     for tool in declared:
         assert tool.srv == srv_name(tool.name), tool.name
         assert set(tool.srv_omits) <= set(tool.properties), f"{tool.name}: srv_omits names unknown parameters"

@@ -77,11 +77,11 @@ def test_one_service_per_srv_file_and_registered_tool(world):
     registered = set(world.memory.tools.registry.names)
     for spec in SERVICES:
         assert spec.srv_type == f"emem_ros/srv/{spec.srv_name}"
-        if spec.name != "call_tool":
+        if spec.name not in ("call_tool", "list_tools"):
             assert spec.tool == spec.name and spec.tool in registered, spec.name
     declared = world.memory.tools.declared
     for spec in SERVICES:  # derived from the declarations: each names the .srv of its service
-        if spec.name != "call_tool":
+        if spec.name not in ("call_tool", "list_tools"):
             assert declared[spec.tool].srv == spec.srv_name, spec.name
 
 
@@ -366,6 +366,23 @@ def test_call_tool(call, world):
     assert not nameless.success and "semantic_search" in nameless.message
     refused = call("call_tool", tool="end_episode")
     assert not refused.success and "No episode is active" in refused.message
+
+
+def test_list_tools_answers_the_tool_definitions_and_each_runs_through_call_tool(call, world, make):
+    res = call("list_tools")
+    listed = json.loads(res.tools_json)
+    assert res.success and listed == json.loads(json.dumps(world.memory.get_tool_definitions()))
+    names = [d["function"]["name"] for d in listed]
+    assert res.text.splitlines() == names and {"locate", "store_specific_memory"} <= set(names)
+    read_only = json.loads(call("list_tools", read_only=True).tools_json)
+    assert read_only == json.loads(json.dumps(world.memory.get_tool_definitions(include_actions=False)))
+    assert "store_specific_memory" not in {d["function"]["name"] for d in read_only} and len(read_only) < len(listed)
+    for definition in read_only:  # what list_tools offers, call_tool runs (read tools: no state changed)
+        name = definition["function"]["name"]
+        answer = call("call_tool", tool=name, arguments_json="{}")
+        assert answer.success or "no tool named" not in answer.message, (name, answer.message)
+    closed = handle(None, "list_tools", make.request("ListTools"), make.response("ListTools"), make)
+    assert not closed.success and "not open" in closed.message and closed.tools_json == ""
 
 
 # ---------------------------------------------------------------------- nothing escapes

@@ -14,13 +14,13 @@ from emem_ros.agent.ledger import ExperienceLedger
 from emem_ros.agent.results import ExperienceHit, ExperienceSearchResult, RecordResult
 from emem_ros.agent.stats import MemoryStats, collect_stats
 from emem_ros.core.errors import InvalidInputError, UnknownNodeError
-from emem_ros.core.numbers import is_finite_number
+from emem_ros.core.numbers import MAX_INTEGER, is_finite_number
 from emem_ros.engine import Engine
 from emem_ros.tools import scopes as sc
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.query_cache import QueryCache
 from emem_ros.tools.results import fmt_time, quoted
-from emem_ros.tools.spec import TIME, CachePolicy, ToolDef
+from emem_ros.tools.spec import COORDINATE, DISTANCE, TIME, CachePolicy, ToolDef
 from emem_ros.tools.spec import obj as _obj
 from emem_ros.tools.spec import param as _p
 
@@ -141,8 +141,8 @@ AGENT_TOOLS: tuple[ToolDef, ...] = (
                        items={"type": "string"}),
             "metadata": _p("object", "Optional extra fields (a JSON object)."),
             "episode_id": _p("string", "Episode it belongs to, e.g. 'ep-3' (default: the active episode)."),
-            "x": _p("number", "X in metres where it happened (optional; needs y)."),
-            "y": _p("number", "Y in metres where it happened (optional; needs x)."),
+            "x": _p("number", "X in metres where it happened (optional; needs y).", **COORDINATE),
+            "y": _p("number", "Y in metres where it happened (optional; needs x).", **COORDINATE),
             "corrects": _p("string", "Id (or its first 12 characters) of an earlier experience this one "
                                      "corrects; the old one is then hidden from searches."),
         }, ("goal",)),
@@ -166,10 +166,10 @@ AGENT_TOOLS: tuple[ToolDef, ...] = (
             "time_after": _p(["string", "number"], f"Only records after this time. {TIME}"),
             "time_before": _p(["string", "number"], f"Only records before this time. {TIME}"),
             "episode_id": _p("string", "Only records of this episode, e.g. 'ep-3'."),
-            "near_x": _p("number", "X of a point the experience happened near, metres. Needs near_y."),
-            "near_y": _p("number", "Y of that point, metres."),
-            "spatial_radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).",
-                                 exclusiveMinimum=0),
+            "near_x": _p("number", "X of a point the experience happened near, metres. Needs near_y.",
+                         **COORDINATE),
+            "near_y": _p("number", "Y of that point, metres.", **COORDINATE),
+            "spatial_radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).", **DISTANCE),
             "n_results": _p("integer", "Maximum number of records (1-100).", default=10, minimum=1),
         }),
         time_params=("time_after", "time_before"),
@@ -187,7 +187,7 @@ AGENT_TOOLS: tuple[ToolDef, ...] = (
         parameters=_obj({
             "top_n": _p("integer", "How many most-seen items and patterns to list (1-50).", default=5, minimum=1),
             "min_support": _p("number", "Least number of visits two entities must share to count as a "
-                                        "pattern.", default=2, exclusiveMinimum=0),
+                                        "pattern.", default=2, exclusiveMinimum=0, maximum=MAX_INTEGER),
         }),
         time_params=(),
     ),

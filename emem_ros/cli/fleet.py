@@ -59,13 +59,13 @@ def _connect(url: str) -> Any:
 
 def _init(args: argparse.Namespace) -> int:
     from emem_ros.fleet import db
-    from emem_ros.fleet.schema import init_fleet
+    from emem_ros.fleet.schema import SCHEMA_VERSION, init_fleet
 
     with _connect(args.url) as conn:
         created = init_fleet(conn, dim=args.dim, model=args.model, partition_days=args.partition_days)
     where = db.redact(args.url)
     print(f"created the fleet store at {where} ({args.dim}-dimensional embeddings)" if created
-          else f"the fleet store at {where} already exists; nothing changed", file=sys.stdout)
+          else f"the fleet store at {where} already exists (now at schema version {SCHEMA_VERSION})", file=sys.stdout)
     return 0
 
 

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run TOOL (semantic_search, spatial_query, temporal_query, locate, recall, entity_query, "
                     "search_gists, episode_summary, get_current_context, body_status, ...) with key=value "
                     "arguments, exactly as an LLM's tool call would.")
-    parser.add_argument("db", help="memory file (.db)")
+    parser.add_argument("db", nargs="?", help="memory file (.db); leave out with --fleet")
     parser.add_argument("tool", nargs="?", help="tool name; leave out (or --list) to list the tools")
     parser.add_argument("arguments", nargs="*", metavar="key=value",
                         help="tool arguments; values are JSON when they parse, text otherwise")
@@ -35,12 +35,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--now", default="latest", help=f"the memory's clock: {NOW_CHOICES} (default: latest)")
     parser.add_argument("--list", action="store_true", help="list the tools and their arguments")
     parser.add_argument("--ollama-host", default=None, help="Ollama server for a memory built with an Ollama embedder")
+    parser.add_argument("--fleet", metavar="URL", default=None,
+                        help="ask a fleet store (postgresql://...) instead of a memory file: "
+                             "emem query --fleet URL locate concept=\"pallet 4711\" robots='[\"robot2\"]'")
     parser.set_defaults(func=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
     from emem_ros.cli.common import open_memory
 
+    if args.fleet is not None:
+        return _fleet(args)
+    if not args.db:
+        raise InvalidInputError("give a memory file (emem query DB TOOL ...) or a fleet store (--fleet URL)")
     arguments = parse_arguments(args.arguments)
     memory = open_memory(args.db, now=args.now, ollama_host=args.ollama_host)
     try:
@@ -57,6 +64,35 @@ def handler(args: argparse.Namespace) -> int:
         return 0
     finally:
         memory.close()
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """``--fleet URL``: the positionals are TOOL key=value ... (there is no memory file)."""
+    from emem_ros.fleet.memory import FleetMemory
+
+    words = [w for w in (args.db, args.tool, *args.arguments) if w is not None]
+    tool, arguments = (words[0], parse_arguments(words[1:])) if words else (None, {})
+    now: Any = None if args.now == "wall" else args.now
+    if isinstance(now, str) and now != "latest":
+        try:
+            now = float(now)
+        except ValueError:
+            raise InvalidInputError(f"--now with --fleet is 'latest', 'wall' or epoch seconds, got {now!r}") from None
+    fleet = FleetMemory(args.fleet, now=now, ollama_host=args.ollama_host)
+    try:
+        if args.list or not tool:
+            print(tool_list(fleet))
+            return 0
+        if args.json:
+            return _print_json(fleet, tool, arguments)
+        answer = fleet.dispatch_tool_call(tool, arguments)
+        if answer.startswith("Error:"):
+            print(answer, file=sys.stderr)
+            return 1
+        print(answer)
+        return 0
+    finally:
+        fleet.close()
 
 
 def parse_arguments(items: Sequence[str]) -> dict[str, Any]:
@@ -85,8 +121,12 @@ def parse_value(raw: str) -> Any:
     return value
 
 
+def _registry(memory: Any) -> Any:
+    return memory.registry if hasattr(memory, "registry") else memory.tools.registry
+
+
 def tool_list(memory: Any) -> str:
-    registry = memory.tools.registry
+    registry = _registry(memory)
     lines = ["Tools (arguments with ? are optional):"]
     for name in registry.names:
         spec = registry.get(name)
@@ -98,7 +138,7 @@ def _print_json(memory: Any, tool: str, arguments: dict[str, Any]) -> int:
     """The typed result: the same checks as a tool call, then the handler's dataclass as JSON."""
     from emem_ros.tools.registry import ToolCallError
 
-    registry = memory.tools.registry
+    registry = _registry(memory)
     try:
         spec = registry._find(tool)
         kwargs = registry.check(spec, arguments)

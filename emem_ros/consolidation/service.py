@@ -81,7 +81,7 @@ class ConsolidationService:
         path = Path(engine.config.db_path)
         self.cold = ColdStore(path.with_name(path.name + ".cold"))
         self.archiver = Archiver(engine, self.cold)
-        self.worker = ConsolidationWorker()
+        self.worker = ConsolidationWorker(pause=engine.questions.writer_turn)  # questions go first
         self.last: dict[str, Any] = {}
         self._timer: Optional[PeriodicThread] = None
         for number in self.book.snapshot().pending:  # abandoned at the last shutdown (or a crash)

@@ -44,12 +44,31 @@ class WorkerClosedError(EmemError):
     """The consolidation worker is shut down; the request was not queued."""
 
 
+class _StopEvent(threading.Event):
+    """The stop event jobs check between their steps; each check first lets a running question go first.
+
+    Jobs already look at it between steps (``stop.is_set()``), so that is
+    where a job pauses (bounded, see ``engine/questions.py``) while a question
+    is answered, instead of competing with it for the interpreter and the
+    writer lock.
+    """
+
+    def __init__(self, pause: Optional[Callable[[], None]]) -> None:
+        super().__init__()
+        self._pause = pause
+
+    def is_set(self) -> bool:
+        if self._pause is not None and not super().is_set():
+            self._pause()
+        return super().is_set()
+
+
 class ConsolidationWorker:
-    def __init__(self, name: str = "emem-consolidation") -> None:
+    def __init__(self, name: str = "emem-consolidation", pause: Optional[Callable[[], None]] = None) -> None:
         self.name = name
         self._queue: deque[_Entry] = deque()
         self._cond = threading.Condition()
-        self._stop = threading.Event()
+        self._stop: threading.Event = _StopEvent(pause)
         self._closed = False
         self._thread: Optional[threading.Thread] = None
         self._running: Optional[_Entry] = None

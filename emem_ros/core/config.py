@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.errors import InvalidInputError, TimeExpressionError
 from emem_ros.core.numbers import is_finite_number
+from emem_ros.core.timeexpr import time_zone
 
 
 @dataclass
@@ -106,6 +107,10 @@ class MemoryConfig:
     # Default frame for positions given without one.
     frame_id: str = "map"
 
+    # Time words ('today', 'this morning', 'since 9:00') and ISO times without an offset are read in this zone.
+    timezone: str = "UTC"
+    """'UTC', an IANA name ('Europe/Berlin') or a fixed offset ('+01:00')."""
+
     def validate(self) -> "MemoryConfig":
         positive = (
             "working_memory_size", "flush_batch_size", "max_text_length",
@@ -136,6 +141,10 @@ class MemoryConfig:
             )
         if self.archive_retention not in ("keep", "drop"):
             raise InvalidInputError(f"archive_retention must be 'keep' or 'drop', got {self.archive_retention!r}")
+        try:
+            time_zone(self.timezone)
+        except TimeExpressionError as exc:
+            raise InvalidInputError(f"timezone: {exc}") from None
         if not self.db_path:
             raise InvalidInputError("db_path must not be empty")
         return self

@@ -20,3 +20,12 @@ def finite_or_none(value: Any) -> Optional[float]:
 def is_finite_number(value: Any) -> bool:
     """A real int or float (not a bool, not text), finite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+MAX_INTEGER = 2**63 - 1
+"""The largest integer SQLite stores (a signed 64-bit INTEGER): ids and counts beyond it cannot exist."""
+
+
+def storable_int(value: int) -> bool:
+    """An int SQLite can hold (beyond it, binding raises OverflowError deep in a query)."""
+    return -MAX_INTEGER - 1 <= value <= MAX_INTEGER

@@ -1,7 +1,10 @@
-"""Time expressions a planner or a person types: '-10m', '10 minutes ago', ISO-8601, epoch.
+"""Time expressions a planner or a person types: '-10m', '10 minutes ago', 'yesterday', ISO-8601, epoch.
 
 Relative expressions resolve against the memory's clock (the ROS clock on a
-robot, bag time in replay), never against the wall clock behind its back.
+robot, bag time in replay), never against the wall clock behind its back;
+day words and clock times ('today', 'this morning', 'since 9:00') also in
+the memory's time zone (``MemoryConfig.timezone``, UTC by default). A word
+naming a period means when that period begins (see ``timewords.py``).
 
 ISO-8601 is read by our own parser, not ``datetime.fromisoformat``: that one
 accepts far less on Python 3.10 than on 3.11+ ('...00.5Z', '20261122T100000Z',
@@ -9,7 +12,8 @@ accepts far less on Python 3.10 than on 3.11+ ('...00.5Z', '20261122T100000Z',
 every robot. Accepted: extended or basic date (2026-11-22, 20261122) or ISO
 week date (2026-W47-1), then optionally 'T' or a space and a time (10, 10:00,
 10:00:00, 100000, with a fraction of any length after '.' or ','), then
-optionally 'Z' or an offset (+01:00, +0100, +01). No zone means UTC.
+optionally 'Z' or an offset (+01:00, +0100, +01). No zone means the
+memory's time zone (UTC unless configured).
 Every time must fall in the years 0001-9999 (what a date can name).
 """
 
@@ -18,12 +22,13 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import Optional, Union
 
 import numpy as np
 
 from emem_ros.core.errors import TimeExpressionError
+from emem_ros.core.timewords import time_words
 
 TimeLike = Union[str, int, float, None]
 
@@ -36,6 +41,7 @@ _UNIT_SECONDS = {
 }
 _SHORT = re.compile(r"^\s*([+-])\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 _AGO = re.compile(r"^\s*(\d+(?:\.\d+)?|an?|one)\s+([a-z]+)\s+ago\s*$")
+_LAST = re.compile(r"^\s*(?:in\s+|during\s+|since\s+)?(?:the\s+)?(?:last|past)\s+(?:(\d+(?:\.\d+)?|an?|one)\s+)?([a-z]+)\s*$")
 _ISO = re.compile(
     r"^(?:(?P<y>\d{4})-?(?P<mo>\d{2})-?(?P<d>\d{2})"
     r"|(?P<wy>\d{4})-?w(?P<w>\d{2})(?:-?(?P<wd>[1-7]))?)"
@@ -45,14 +51,22 @@ _ISO = re.compile(
 EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()
 LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
 """The times a UTC date can name: answers print every time they mention."""
-_HELP = (
-    "use a relative time like '-10m', '-2h', '-30s' or '10 minutes ago', "
-    "an ISO-8601 time like '2026-11-22T10:00:00Z', 'now', or epoch seconds"
+FORMS = (
+    "a relative time ('-10m', '-2h', '-30s', '10 minutes ago', 'last hour', 'last 30 minutes'), "
+    "a day word ('today', 'yesterday', 'this morning', 'this afternoon', 'this evening', 'last night'), "
+    "a clock time ('since 9:00', 'at 14:30', 'yesterday at 18:00'), "
+    "an ISO-8601 time ('2026-11-22T10:00:00Z'), 'now', or epoch seconds"
 )
+"""Every form ``parse_time`` reads, in the words an error shows."""
+_HELP = f"use {FORMS}"
 
 
-def parse_time(value: TimeLike, now: float) -> Optional[float]:
-    """Resolve ``value`` to epoch seconds; None and '' mean 'unbounded'."""
+def parse_time(value: TimeLike, now: float, zone: tzinfo = timezone.utc) -> Optional[float]:
+    """Resolve ``value`` to epoch seconds; None and '' mean 'unbounded'.
+
+    ``zone`` is the memory's time zone: day words, clock times and ISO times
+    without an offset are read in it.
+    """
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_)):
@@ -82,13 +96,21 @@ def parse_time(value: TimeLike, now: float) -> Optional[float]:
         amount, unit = match.groups()
         count = 1.0 if amount in ("a", "an", "one") else float(amount)
         return _finite(now - count * _unit(unit, value), value)
-    parsed = parse_iso(value)
+    match = _LAST.match(text)
+    if match and match.group(2) != "night":  # 'last hour', 'the past 10 minutes': from then until now
+        amount, unit = match.groups()
+        count = 1.0 if amount in (None, "a", "an", "one") else float(amount)
+        return _finite(now - count * _unit(unit, value), value)
+    worded = time_words(text, now, zone)
+    if worded is not None:
+        return _finite(worded, value)
+    parsed = parse_iso(value, zone)
     if parsed is None:
         raise TimeExpressionError(f"could not read the time {value!r}; {_HELP}")
     return _finite(parsed, value)
 
 
-def parse_iso(text: str) -> Optional[float]:
+def parse_iso(text: str, zone: tzinfo = timezone.utc) -> Optional[float]:
     """Epoch seconds of an ISO-8601 string (see the module doc), None if it is not one.
 
     Raises TimeExpressionError for a well-formed string naming an impossible
@@ -105,14 +127,16 @@ def parse_iso(text: str) -> Optional[float]:
             day = date.fromisocalendar(int(g["wy"]), int(g["w"]), int(g["wd"] or 1))
         micros = int((g["f"] + "000000")[:6]) if g["f"] else 0  # beyond microseconds: cut, as 3.11+ does
         hour, minute, second = int(g["h"] or 0), int(g["mi"] or 0), int(g["s"] or 0)
-        moment = datetime(day.year, day.month, day.day, hour, minute, second, micros, tzinfo=_zone(g["z"]))
+        moment = datetime(day.year, day.month, day.day, hour, minute, second, micros, tzinfo=_zone(g["z"], zone))
         return moment.timestamp()
     except (ValueError, OverflowError) as exc:
         raise TimeExpressionError(f"{text!r} is not a real time ({exc}); {_HELP}") from None
 
 
-def _zone(zone: Optional[str]) -> timezone:
-    if zone is None or zone == "z":
+def _zone(zone: Optional[str], default: tzinfo = timezone.utc) -> tzinfo:
+    if zone is None:
+        return default
+    if zone == "z":
         return timezone.utc
     sign = -1 if zone[0] == "-" else 1
     digits = zone[1:].replace(":", "")
@@ -120,6 +144,29 @@ def _zone(zone: Optional[str]) -> timezone:
     if hours > 23 or minutes > 59:
         raise ValueError(f"offset {zone} is out of range")
     return timezone(sign * timedelta(hours=hours, minutes=minutes))
+
+
+def time_zone(name: str) -> tzinfo:
+    """The time zone a memory reads day words in: 'UTC', an IANA name ('Europe/Berlin') or an offset ('+01:00').
+
+    Raises TimeExpressionError naming what is accepted.
+    """
+    text = name.strip() if isinstance(name, str) else ""
+    if text.upper() in ("UTC", "Z", "GMT"):
+        return timezone.utc
+    if re.fullmatch(r"[+-]\d{2}(?::?\d{2})?", text):
+        try:
+            return _zone(text)
+        except ValueError as exc:
+            raise TimeExpressionError(f"time zone {name!r}: {exc}") from None
+    try:
+        from zoneinfo import ZoneInfo  # the system's tz database (or the tzdata package)
+
+        return ZoneInfo(text)
+    except Exception:  # ZoneInfoNotFoundError, ValueError (a path), an empty name
+        raise TimeExpressionError(
+            f"unknown time zone {name!r}; use 'UTC', an IANA name like 'Europe/Berlin', or an offset like '+01:00'"
+        ) from None
 
 
 def _unit(unit: str, original: str) -> float:

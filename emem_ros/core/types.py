@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import storable_int
 
 
 class NodeKind(str, Enum):
@@ -70,10 +71,12 @@ def make_id(kind: NodeKind, number: int) -> str:
 def parse_id(node_id: str) -> tuple[NodeKind, int]:
     """Split a node id into its kind and row number; raise ValueError if malformed."""
     prefix, sep, number = str(node_id).partition("-")
-    if not sep or prefix not in _KIND_BY_PREFIX or not number.isdigit():
+    if not sep or prefix not in _KIND_BY_PREFIX or not (number.isascii() and number.isdigit()):
         raise ValueError(
             f"{node_id!r} is not a memory id; ids look like 'obs-12', 'ep-3', 'gist-7' or 'ent-2'"
         )
+    if len(number.lstrip("0")) > 19 or not storable_int(int(number)):  # int() of 5000 digits raises
+        raise ValueError(f"{node_id!r} is not a memory id: its number is beyond what the memory can hold (2^63 - 1)")
     return _KIND_BY_PREFIX[prefix], int(number)
 
 
@@ -159,6 +162,10 @@ MAX_COORDINATE = 1.0e6
 
 No robot map is larger; anything beyond is a broken pose (an uninitialised
 filter, a unit mix-up) and would overflow the place grid (``cell_of``)."""
+
+
+MAX_RADIUS = 4.0e6
+"""Largest radius in metres a question may ask about: wider than the whole ±1000 km map from any point in it."""
 
 
 def real_number(value: Any) -> Optional[float]:

@@ -18,12 +18,13 @@ import emem_ros.engine.validation as check
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import EmemError, UnknownNodeError
 from emem_ros.core.periodic import PeriodicThread
-from emem_ros.core.timeexpr import TimeLike, parse_time
+from emem_ros.core.timeexpr import TimeLike, parse_time, time_zone
 from emem_ros.core.types import NodeKind, Observation, Position, SourceType, finite_position, make_id
 from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine.embedding import Embedding
 from emem_ros.engine.episodes import EpisodeHook, EpisodeStack, episode_number
 from emem_ros.engine.ingest import IngestPath
+from emem_ros.engine.questions import QuestionGate
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.storage.store import MemoryStore, NewObservation, WriteReport
 
@@ -38,8 +39,12 @@ class Engine:
         self.config = config
         self.embedding = Embedding(provider)
         self._clock: Clock = clock or time.time
+        self.zone = time_zone(config.timezone)
+        """The memory's time zone: day words and clock times in questions are read in it."""
         self._live_pose: Optional[PoseSource] = None
         self._closed = False
+        self.questions = QuestionGate()
+        """Questions in progress: writers wait while one runs (``MemoryTools.call`` enters it)."""
         self.store = MemoryStore(config, self.embedding.dim, self.embedding.name)
         self.ingest: Optional[IngestPath] = None
         self._index_saver: Optional[PeriodicThread] = None
@@ -73,7 +78,7 @@ class Engine:
         self._clock = clock
 
     def resolve_time(self, value: TimeLike) -> Optional[float]:
-        return parse_time(value, self.now())
+        return parse_time(value, self.now(), self.zone)
 
     def set_live_pose(self, source: Optional[PoseSource]) -> None:
         """Where the robot is right now (a ROS node passes its odometry); None: not known live."""
@@ -107,6 +112,8 @@ class Engine:
             frame_id: Optional[str] = None, value: Any = None) -> str:
         """Buffer one observation and return its id; x=y=None means 'position unknown'."""
         self.check_open()
+        if self.questions.active:  # a question of another thread goes first (``questions.py``)
+            self.questions.writer_turn()
         observation = NewObservation(
             id=0,
             text=check.clean_text(text, self.config.max_text_length),

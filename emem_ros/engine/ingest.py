@@ -59,6 +59,11 @@ class IngestPath:
     def flush_for_query(self) -> int:
         """Best-effort flush before answering a question; returns how many observations still wait.
 
+        Bounded: the question stores what was buffered when it was asked (a
+        watermark), never what writers add while it runs, and its flush goes
+        before the timer's and the writers' (``WorkingMemory.flush``), so an
+        unthrottled writer cannot make a question wait.
+
         A question must not fail because the embedder is down (spatial, temporal
         and body questions need no embedding at all): the failure is logged and
         the answer covers what is stored (``unstored_note`` says what is not).
@@ -67,10 +72,11 @@ class IngestPath:
         an embedder's timeout. Read-your-writes holds whenever storing works.
         """
         buffer = self.buffer
-        if len(buffer) and not (buffer.has_timer and buffer.failing):
+        mark = buffer.mark()
+        if buffer.waiting_before(mark) and not (buffer.has_timer and buffer.failing):
             was_failing = buffer.failing
             try:
-                buffer.flush()
+                buffer.flush(upto=mark, question=True)
             except Exception as exc:  # warned when the failure begins, not on every question
                 log.log(logging.DEBUG if was_failing else logging.WARNING,
                         "answering from what is stored; %d observations still wait to be stored: %s",

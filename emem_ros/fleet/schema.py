@@ -27,7 +27,12 @@ from typing import Any, Iterable, Optional
 from emem_ros.fleet.errors import FleetError, FleetSchemaError
 
 SCHEMA = "fleet"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+UPGRADES: dict[int, tuple[str, ...]] = {
+    2: ("CREATE INDEX IF NOT EXISTS observations_robot_text ON fleet.observations(robot_id, text_id, stamp)",),
+}
+"""Statements taking a store from the version before to this one (``emem fleet init`` runs them).
+v2: the fleet tools read a robot's newest sightings of a text (``robots`` filter, per-robot hits)."""
 DEFAULT_DIM = 384
 DEFAULT_PARTITION_DAYS = 7.0
 EXTENSION_HINTS = {
@@ -94,6 +99,7 @@ CREATE TABLE fleet.observations(
 ) PARTITION BY RANGE (stamp);
 CREATE INDEX observations_stamp ON fleet.observations(stamp);
 CREATE INDEX observations_text ON fleet.observations(text_id, stamp);
+CREATE INDEX observations_robot_text ON fleet.observations(robot_id, text_id, stamp);
 CREATE INDEX observations_position ON fleet.observations USING gist (position);
 
 CREATE TABLE fleet.episodes(
@@ -236,6 +242,9 @@ def init_fleet(conn: Any, dim: int = DEFAULT_DIM, model: str = "",
     if meta is not None:
         conn.rollback()
         version, have_dim = int(meta.get("schema_version", 0)), int(meta.get("embedding_dim", 0))
+        if 1 <= version < SCHEMA_VERSION:
+            upgrade(conn, version)
+            version = SCHEMA_VERSION
         if version != SCHEMA_VERSION:
             raise FleetSchemaError(f"this database holds a fleet store of schema version {version}; "
                                    f"this emem_ros writes version {SCHEMA_VERSION}")
@@ -265,6 +274,15 @@ def init_fleet(conn: Any, dim: int = DEFAULT_DIM, model: str = "",
     return True
 
 
+def upgrade(conn: Any, version: int) -> None:
+    """Bring a store of an older schema version up to this one, in one transaction."""
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in UPGRADES[target]:
+            conn.execute(statement)
+    conn.execute("UPDATE fleet.meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    conn.commit()
+
+
 class FleetInfo:
     """What a connection needs to know about the store it writes to (read once per session)."""
 
@@ -283,8 +301,10 @@ def open_fleet(conn: Any, url_for_messages: str) -> FleetInfo:
         raise FleetSchemaError(f"no fleet store at {url_for_messages}: create it with `emem fleet init URL`")
     info = FleetInfo(meta)
     if info.version != SCHEMA_VERSION:
+        older = 1 <= info.version < SCHEMA_VERSION
         raise FleetSchemaError(f"the fleet store at {url_for_messages} has schema version {info.version}; "
-                               f"this emem_ros reads and writes version {SCHEMA_VERSION}")
+                               f"this emem_ros reads and writes version {SCHEMA_VERSION}"
+                               + ("; upgrade it with `emem fleet init URL`" if older else ""))
     return info
 
 

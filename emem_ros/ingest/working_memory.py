@@ -12,6 +12,17 @@ Nothing is dropped silently:
 - ``add`` never raises after it accepted an observation (a retrying caller
   would store it twice); it raises only when it refuses one: the buffer is
   full and flushing keeps failing (``WorkingMemoryFullError``).
+
+Every flush is bounded: it stores what was buffered when it began (a
+watermark), never what writers add meanwhile, so no flush can run forever
+under unthrottled writers; and a writer that gets half a batch beyond a
+due batch (the timer was poked and has not caught up) stores what is
+waiting itself, in its turn, so the backlog stays about one batch (the
+capacity is for outages, when flushing fails). A question
+flushes only up to its own watermark (``flush(upto=mark(), question=True)``)
+and goes first: the timer's and the writers' flushes wait while a question
+waits for the flush lock, and store in chunks of a quarter batch, stopping
+between chunks to let it in.
 """
 
 from __future__ import annotations
@@ -47,9 +58,19 @@ class WorkingMemory:
         self._retry_at = batch_size
         """Without a timer: queue length at which add() tries the next synchronous flush
         (one batch later after a failure, so an outage is not retried on every add)."""
+        self._lag_limit = min(capacity, batch_size + batch_size // 2)
+        """With a timer: a writer this far ahead of storing (the timer was poked and has not caught up)
+        stores itself, waiting its turn, so a question never has much more than this to store first."""
         self._queue: deque[NewObservation] = deque()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
+        self._added = 0
+        """Observations ever accepted: a watermark is a value of this count."""
+        self._taken = 0
+        """Of those, how many left the queue (stored, dead-lettered or being stored; requeued ones come back)."""
+        self._questions = 0
+        """Questions waiting for the flush lock: other flushes give way to them."""
+        self._no_questions = threading.Condition(self._lock)
         self._timer: Optional[PeriodicThread] = None
         if interval > 0:
             self._timer = PeriodicThread("emem-flush", interval, self._timed_flush).start()
@@ -76,24 +97,27 @@ class WorkingMemory:
             full = len(self._queue) >= self._capacity
             if not full:
                 self._queue.append(observation)
-                due = len(self._queue) >= self._retry_at
+                self._added += 1
+                queued = len(self._queue)
+                due = queued >= self._retry_at
         if full:
             # Back-pressure: store what is waiting before taking more.
             try:
-                self.flush()
+                self.flush(give_way=False)
             except Exception as exc:
                 raise WorkingMemoryFullError(
                     f"working memory is full ({self._capacity} observations) and flushing fails: {exc}"
                 ) from exc
             with self._lock:
                 self._queue.append(observation)
+                self._added += 1
             return
         if due:
-            if self._timer is not None:
+            if self._timer is not None and (queued < self._lag_limit or self.failing):
                 self._timer.poke()
-            else:
+            else:  # no timer, or writers got ahead of it: this writer stores (and so waits) first
                 try:
-                    self.flush()
+                    self.flush(give_way=True)
                 except Exception as exc:  # accepted: it is kept, and add must not make the caller retry
                     log.warning("flush failed, %d observations kept for retry: %s", len(self._queue), exc)
 
@@ -102,19 +126,37 @@ class WorkingMemory:
             items = list(self._queue)
         return items if n is None else items[-n:]
 
-    def flush(self, sink: Optional[Sink] = None) -> int:
-        """Store everything buffered; raise on failure with the unstored observations kept.
+    def mark(self) -> int:
+        """The watermark now: a flush up to it stores everything accepted so far."""
+        return self._added
+
+    def waiting_before(self, mark: int) -> int:
+        """How many observations accepted before ``mark`` have not left the queue yet."""
+        return max(0, mark - self._taken)
+
+    def flush(self, sink: Optional[Sink] = None, *, upto: Optional[int] = None, question: bool = False,
+              give_way: bool = False) -> int:
+        """Store what was buffered when the flush began (or up to ``upto``); raise on failure, keeping the rest.
 
         ``sink`` replaces the usual one for this call (the close uses one that
-        stores texts without vectors when the embedder is down).
+        stores texts without vectors when the embedder is down). ``question``:
+        a query's flush, which goes before the other flushes. ``give_way``:
+        a background flush (timer, batch full), which stops between chunks
+        when a question waits (what it leaves is stored by the question or
+        the next flush).
         """
+        mark = self._added if upto is None else upto
+        most = max(16, self._batch_size // 4) if give_way else MAX_CHUNK  # background: short transactions
         stored = 0
-        with self._flush_lock:
+        self._lock_flush(question)
+        try:
             while True:
                 with self._lock:
-                    if not self._queue:
+                    wanted = min(most, len(self._queue), mark - self._taken)
+                    if wanted <= 0 or (give_way and stored and self._questions):
                         break
-                    chunk = [self._queue.popleft() for _ in range(min(MAX_CHUNK, len(self._queue)))]
+                    chunk = [self._queue.popleft() for _ in range(wanted)]
+                    self._taken += wanted
                 try:
                     stored += self._store(chunk, sink or self._sink)
                 except BaseException as exc:
@@ -124,13 +166,33 @@ class WorkingMemory:
                     raise
             self.last_error = None
             self._retry_at = self._batch_size
+        finally:
+            self._flush_lock.release()
         return stored
+
+    def _lock_flush(self, question: bool) -> None:
+        """Take the flush lock; a question goes before flushes that are not one (writers never starve readers)."""
+        if question:
+            with self._lock:
+                self._questions += 1
+            try:
+                self._flush_lock.acquire()
+            finally:
+                with self._lock:
+                    self._questions -= 1
+                    if not self._questions:
+                        self._no_questions.notify_all()
+            return
+        with self._lock:
+            self._no_questions.wait_for(lambda: not self._questions, timeout=1.0)  # bounded: never stuck
+        self._flush_lock.acquire()
 
     def take_all(self) -> list[NewObservation]:
         """Empty the buffer and return what it held (the close spills it when nothing else works)."""
         with self._lock:
             items = list(self._queue)
             self._queue.clear()
+            self._taken += len(items)
         return items
 
     # ------------------------------------------------------------------ failures
@@ -182,13 +244,15 @@ class WorkingMemory:
     def _requeue(self, items: Iterable[NewObservation]) -> None:
         """Put unstored observations back at the front, in id order."""
         with self._lock:
-            self._queue.extendleft(sorted(items, key=lambda o: o.id, reverse=True))
+            back = sorted(items, key=lambda o: o.id, reverse=True)
+            self._queue.extendleft(back)
+            self._taken -= len(back)
 
     def _timed_flush(self) -> None:
         if self._queue:
             was_failing = self.failing
             try:
-                self.flush()
+                self.flush(give_way=True)
             except Exception as exc:  # warned when an outage begins, not every period while it lasts
                 log.log(logging.DEBUG if was_failing else logging.WARNING,
                         "flush failed, %d observations kept for retry: %s", len(self._queue), exc)

@@ -216,6 +216,7 @@ _MEMORY_DESCRIPTIONS = {
     "log_segment_bytes": "Operation-log segment size in bytes.",
     "log_keep_segments": "Log segments kept behind a checkpoint (0 = keep the whole log).",
     "frame_id": "Frame of stored positions (the odometry / map frame).",
+    "timezone": "Time zone of time words ('today', 'this morning', 'since 9:00'): 'UTC', 'Europe/Berlin', '+01:00'.",
 }
 
 _LAYER_PARAMS: tuple[_Param, ...] = (

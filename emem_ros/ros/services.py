@@ -5,7 +5,9 @@
 JSON in and out). ``handle(memory, service, request, response, make)`` reads
 the request by the tool's declaration (``requests.py``), runs the typed tool
 (``memory.tools.call``: the query cache and the notes included) and fills
-the response by the result's type (``responses.py``).
+the response by the result's type (``responses.py``). ``list_tools`` answers
+the same JSON schemas as ``Memory.get_tool_definitions()``, so a planner on
+the graph discovers the tools and runs them through ``call_tool``.
 
 Nothing escapes a handler: a bad argument or an unknown id becomes
 ``success = false`` with a plain-words ``message`` (and ``text``), because an
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 __all__ = ["SERVICES", "SERVICES_BY_NAME", "ServiceSpec", "ServiceError", "handle", "to_jsonable", "services_for"]
 
 CALL_TOOL = "call_tool"
+LIST_TOOLS = "list_tools"
 _place = place  # the place convention, for the tests that pin it
 
 
@@ -52,7 +55,7 @@ class ServiceSpec:
     srv_type: str
     """``emem_ros/srv/<Type>``."""
     tool: str
-    """The tool it runs ('*' for call_tool: any registered tool)."""
+    """The tool it runs ('*' for call_tool: any registered tool; '' for list_tools: none)."""
 
     @property
     def srv_name(self) -> str:
@@ -60,9 +63,10 @@ class ServiceSpec:
 
 
 def services_for(tools: Iterable[ToolDef]) -> tuple[ServiceSpec, ...]:
-    """A service for every tool that names its .srv, then ``call_tool``."""
+    """A service for every tool that names its .srv, then ``call_tool`` and ``list_tools``."""
     own = tuple(ServiceSpec(t.name, f"{PKG}/srv/{t.srv}", t.name) for t in tools if t.srv)
-    return own + (ServiceSpec(CALL_TOOL, f"{PKG}/srv/CallTool", "*"),)
+    return own + (ServiceSpec(CALL_TOOL, f"{PKG}/srv/CallTool", "*"),
+                  ServiceSpec(LIST_TOOLS, f"{PKG}/srv/ListTools", ""))
 
 
 SERVICES: tuple[ServiceSpec, ...] = services_for((*TOOL_SPECS, *AGENT_TOOLS))
@@ -94,6 +98,11 @@ def _strip_error(message: str) -> str:
 
 def _run(memory: Any, spec: ServiceSpec, request: Any, response: Any, make: MessageFactory) -> None:
     conv = Converter(memory, make)
+    if spec.name == LIST_TOOLS:
+        definitions = memory.get_tool_definitions(include_actions=not bool(request.read_only))
+        response.tools_json = _dumps(definitions)
+        response.text = "\n".join(d["function"]["name"] for d in definitions)
+        return
     if spec.name == CALL_TOOL:
         name = text(request.tool)
         if name is None:

@@ -10,13 +10,14 @@ allows, then the note that says when observations still wait to be stored.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from typing import Any, Callable, Iterable, Optional
 
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.query_cache import QueryCache
-from emem_ros.tools.registry import ToolRegistry, ToolSpec
+from emem_ros.tools.registry import ToolCallError, ToolRegistry, ToolSpec, checked_arguments
 from emem_ros.tools.spec import ToolDef
 
 log = logging.getLogger(__name__)
@@ -65,13 +66,21 @@ class MemoryTools:
         if tool is None:
             raise InvalidInputError(f"there is no tool named {name!r}; tools: {', '.join(self._defs)}")
         bound = tool.signature.bind(*args, **kwargs)  # a TypeError names the bad argument
+        try:  # every argument against its schema, once, here: no bad number reaches SQLite or a printout
+            bound.arguments.update(checked_arguments(name, bound.arguments, tool.properties, tool.time_params))
+        except ToolCallError as exc:
+            raise InvalidInputError(str(exc)) from None
+        if tool.kind != "query":
+            return self._noted(self._run(tool, bound))
+        with self.env.engine.questions.asking():  # writers wait while a question is answered
+            return self._noted(self._run(tool, bound))
+
+    def _run(self, tool: ToolDef, bound: inspect.BoundArguments) -> Any:
         if self.cache is not None and tool.cache is not None:
             bound.apply_defaults()
-            result = self.cache.answer(tool, dict(bound.arguments),
-                                       lambda: tool.run(self.env, *bound.args, **bound.kwargs))
-        else:
-            result = tool.run(self.env, *bound.args, **bound.kwargs)
-        return self._noted(result)
+            return self.cache.answer(tool, dict(bound.arguments),
+                                     lambda: tool.run(self.env, *bound.args, **bound.kwargs))
+        return tool.run(self.env, *bound.args, **bound.kwargs)
 
     def _noted(self, result: Any) -> Any:
         """The result, with a note when observations still wait to be stored (a copy: the cache may hold it)."""

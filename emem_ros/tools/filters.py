@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.core.numbers import storable_int
 from emem_ros.core.types import NodeKind, Position, parse_id
 
 DEFAULT_NEAR_RADIUS = 3.0
@@ -110,14 +111,18 @@ def episode_number(value: Any) -> int:
     if isinstance(value, bool):
         raise InvalidInputError(f"episode_id {value!r} is not an episode id (those look like 'ep-3')")
     if isinstance(value, int):
+        if not storable_int(value):
+            raise InvalidInputError(f"episode_id {value!r} is beyond what the memory can hold (ids up to 2^63 - 1)")
         return value
     text = str(value).strip()
-    if text.isdigit():
-        return int(text)
+    if text.isascii() and text.isdigit():
+        text = f"ep-{text}"
     try:
         kind, number = parse_id(text)
-    except ValueError:
-        raise InvalidInputError(f"episode_id {value!r} is not an episode id (those look like 'ep-3')") from None
+    except ValueError as exc:
+        beyond = "beyond" in str(exc)
+        raise InvalidInputError(f"episode_id {value!r} is " + ("beyond what the memory can hold (ids up to 2^63 - 1)"
+                                if beyond else "not an episode id (those look like 'ep-3')")) from None
     if kind is not NodeKind.EPISODE:
         raise InvalidInputError(f"{text} is not an episode id (those look like 'ep-3')")
     return number

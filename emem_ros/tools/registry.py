@@ -13,11 +13,15 @@ import difflib
 import json
 import logging
 import math
+import numbers
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+import numpy as np
+
 from emem_ros.core.errors import EmemError
+from emem_ros.core.numbers import MAX_INTEGER, storable_int
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +205,25 @@ def _types(schema: Mapping[str, Any]) -> list[str]:
     return list(kind) if isinstance(kind, (list, tuple)) else [kind]
 
 
+def checked_arguments(name: str, arguments: Mapping[str, Any], properties: Mapping[str, Any],
+                      time_params: Iterable[str] = ()) -> dict[str, Any]:
+    """Arguments checked against their JSON schemas: type (with an LLM's likely meaning), enum, range.
+
+    The one check every call passes, typed Python calls and LLM JSON alike
+    (``MemoryTools.call``): numbers must be finite and within the schema's
+    bounds, integers within what SQLite holds; None means "not given".
+    Raises ToolCallError in plain words.
+    """
+    times = set(time_params)
+    out = dict(arguments)
+    for key, value in arguments.items():
+        schema = properties.get(key)
+        if value is None or schema is None:
+            continue
+        out[key] = _coerce(name, key, value, schema, key in times)
+    return out
+
+
 def _coerce(tool: str, key: str, value: Any, schema: Mapping[str, Any], is_time: bool) -> Any:
     """Accept what an LLM plausibly means ('5' for 5, "true" for true, 'a' for ['a']); refuse the rest."""
     kinds = _types(schema)
@@ -237,7 +260,10 @@ def _as(kind: str, value: Any, schema: Mapping[str, Any], is_time: bool) -> Any:
         if kind == "integer":
             if not float(number).is_integer():
                 raise ValueError("not a whole number")
-            return int(number)
+            whole = int(number)
+            if not storable_int(whole):
+                raise ValueError(f"beyond what the memory can hold: ±{MAX_INTEGER}")
+            return whole
         return number
     if kind == "boolean":
         if isinstance(value, bool):
@@ -274,10 +300,12 @@ def _as(kind: str, value: Any, schema: Mapping[str, Any], is_time: bool) -> Any:
 
 
 def _number(value: Any) -> float:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         raise ValueError("")
     if isinstance(value, (int, float)):
         number = value
+    elif isinstance(value, numbers.Real):  # numpy scalars
+        number = int(value) if isinstance(value, numbers.Integral) else float(value)
     elif isinstance(value, str):
         try:
             number = float(value.strip())
@@ -285,7 +313,10 @@ def _number(value: Any) -> float:
             raise ValueError("") from None
     else:
         raise ValueError("")
-    if not math.isfinite(number):
+    if isinstance(number, int):
+        if not storable_int(number):
+            raise ValueError(f"beyond what the memory can hold: ±{MAX_INTEGER}")
+    elif not math.isfinite(number):
         raise ValueError("not finite")
     return number
 
@@ -309,12 +340,22 @@ def _check_range(tool: str, key: str, value: Any, schema: Mapping[str, Any]) -> 
         return
     low, high = schema.get("minimum"), schema.get("maximum")
     if low is not None and value < low:
-        raise ToolCallError(f"{tool}: '{key}' must be at least {low}; got {value}")
+        raise ToolCallError(f"{tool}: '{key}' must be at least {_shown(low)}; got {_shown(value)}")
     if high is not None and value > high:
-        raise ToolCallError(f"{tool}: '{key}' must be at most {high}; got {value}")
+        raise ToolCallError(f"{tool}: '{key}' must be at most {_shown(high)}; got {_shown(value)}")
     low_x = schema.get("exclusiveMinimum")
     if low_x is not None and value <= low_x:
-        raise ToolCallError(f"{tool}: '{key}' must be more than {low_x}; got {value}")
+        raise ToolCallError(f"{tool}: '{key}' must be more than {_shown(low_x)}; got {_shown(value)}")
+    high_x = schema.get("exclusiveMaximum")
+    if high_x is not None and value >= high_x:
+        raise ToolCallError(f"{tool}: '{key}' must be less than {_shown(high_x)}; got {_shown(value)}")
+
+
+def _shown(number: float) -> str:
+    """A bound or a value as a person reads it: 1,000,000 rather than 1e+06; 1e+308 stays short."""
+    if float(number).is_integer() and abs(number) < 1e15:
+        return f"{int(number):,}"
+    return f"{number:g}"
 
 
 def _words(exc: BaseException) -> str:

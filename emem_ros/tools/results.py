@@ -109,13 +109,16 @@ class Hit:
     similarity: Optional[float] = None
     entity_type: Optional[str] = None
     layers: tuple[str, ...] = ()
+    robot: Optional[str] = None
+    """The robot that saw it (fleet answers only): the label then reads ``[robot2/detections]``."""
 
     def line(self, now: float) -> str:
         if self.kind == "gist":
             return self._gist_line(now)
         if self.kind == "entity":
             return self._entity_line(now)
-        parts = [f"[{self.layer}]" if self.layer else "", quoted(self.text)]
+        label = f"{self.robot}/{self.layer}" if self.robot and self.layer else self.robot or self.layer
+        parts = [f"[{label}]" if label else "", quoted(self.text)]
         if self.count > 1 or self.count_is_lower_bound:
             parts.append(f"×{fmt_count(self.count, self.count_is_lower_bound)}")
         where = f"at {fmt_pos(self.position)}" if self.position is not None else "(no position)"
@@ -132,7 +135,8 @@ class Hit:
     def _gist_line(self, now: float) -> str:
         layers = "+".join(self.layers) if self.layers else "all layers"
         source = f"summary of {self.count} obs" if self.count > 0 else "summary"
-        parts = [f"[{source}, {layers}]", quoted(self.text, 400)]
+        robot = f"{self.robot}: " if self.robot else ""
+        parts = [f"[{robot}{source}, {layers}]", quoted(self.text, 400)]
         if self.position is not None:
             area = f" within {self.radius:.1f} m" if self.radius else ""
             parts.append(f"around {fmt_pos(self.position)}{area}")
@@ -144,7 +148,8 @@ class Hit:
         return " ".join(parts) + self._tail()
 
     def _entity_line(self, now: float) -> str:
-        parts = [f"[entity{': ' + self.entity_type if self.entity_type else ''}]", quoted(self.text)]
+        robot = f"{self.robot}/" if self.robot else ""
+        parts = [f"[{robot}entity{': ' + self.entity_type if self.entity_type else ''}]", quoted(self.text)]
         if self.position is not None:
             spread = f" ±{self.radius:.1f} m" if self.radius else ""
             parts.append(f"at {fmt_pos(self.position)}{spread}")
@@ -211,9 +216,14 @@ class PlaceCluster:
     """What placed it: 'measured', 'bearings', 'ray' or 'robot pose' (see ``tools.placement``)."""
     poses: int = 0
     """Bearings: distinct poses the rays came from."""
+    robots: tuple[str, ...] = ()
+    """Fleet answers: the robots whose sightings placed it."""
 
     def how(self) -> str:
-        return placed_by(self.source, self.poses, None)
+        how = placed_by(self.source, self.poses, None)
+        if self.robots:
+            how = (how + "; " if how else "") + "seen by " + ", ".join(self.robots)
+        return how
 
 
 def placed_by(source: Optional[str], poses: int, view_range: Optional[float]) -> str:

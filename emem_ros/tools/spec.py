@@ -1,5 +1,9 @@
 """A tool, declared once: what the LLM reads, what runs, how it is cached, which ROS service serves it.
 
+Numbers carry their bounds in the schema (``COORDINATE``, ``DISTANCE``...):
+every call is checked against them once, when its arguments are bound
+(``registry.checked_arguments``), and an LLM reads them too.
+
 Everything else is derived from these declarations: the registry and its
 JSON schemas (``MemoryTools``), the text methods of the ``Memory`` facade,
 the ROS services (``ros/services.py``), the MCP server. So adding a tool
@@ -12,6 +16,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
+
+from emem_ros.core.types import MAX_COORDINATE, MAX_RADIUS
 
 Scopes = Callable[[dict[str, Any]], Iterable[str]]
 
@@ -75,8 +81,21 @@ class ToolDef:
 
 
 # ---------------------------------------------------------------------- JSON-schema helpers
-TIME = ("A time: relative ('-10m', '-2h', '-30s', '10 minutes ago'), ISO-8601 ('2026-11-22T10:00:00Z'),"
-        " 'now', or Unix seconds.")
+TIME = ("A time: relative ('-10m', '-2h', '-30s', '10 minutes ago', 'last hour'), words in the memory's time zone"
+        " ('today', 'yesterday', 'this morning', 'last night', 'since 9:00', 'at 14:30'),"
+        " ISO-8601 ('2026-11-22T10:00:00Z'), 'now', or Unix seconds.")
+
+
+COORDINATE = {"minimum": -MAX_COORDINATE, "maximum": MAX_COORDINATE}
+"""Bounds of an x, y or z (metres): what a stored position may be (``finite_position``)."""
+DISTANCE = {"exclusiveMinimum": 0, "maximum": MAX_RADIUS}
+"""Bounds of a radius (metres)."""
+MINUTES = {"exclusiveMinimum": 0, "maximum": 52_560_000}
+"""Bounds of a duration in minutes (at most 100 years: the window must start at a time a date can name)."""
+FACTOR = {"exclusiveMinimum": 0, "maximum": 1_000}
+"""Bounds of a scale factor."""
+LEVEL = {"minimum": -1e12, "maximum": 1e12}
+"""Bounds of a reading's level (a battery percentage, a temperature): anything beyond is no reading."""
 
 
 def param(kind: Any, description: str, **extra: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from emem_ros.tools import actions, body, context, episodes, knowledge, locate, perception
 from emem_ros.tools import scopes as sc
 from emem_ros.tools.scopes import observation_scopes
-from emem_ros.tools.spec import TIME, CachePolicy, ToolDef
+from emem_ros.tools.spec import COORDINATE, DISTANCE, FACTOR, LEVEL, MINUTES, TIME, CachePolicy, ToolDef
 from emem_ros.tools.spec import obj as _obj
 from emem_ros.tools.spec import param as _p
 from emem_ros.tools.spec import time_param as _time
@@ -22,9 +22,9 @@ __all__ = ["TOOLS", "ACTIONS", "TOOL_SPECS", "TIME"]
 
 N_RESULTS = _p("integer", "Maximum number of results (1-100).", default=10, minimum=1)
 LAYER = _p("string", "Only this perception layer (e.g. 'detections', 'scene', 'speech'). Omit for all layers.")
-NEAR_X = _p("number", "X of a point to stay near, metres in the map frame. Needs near_y.")
-NEAR_Y = _p("number", "Y of that point, metres in the map frame.")
-SPATIAL_RADIUS = _p("number", "Radius around (near_x, near_y) in metres (default 3).", exclusiveMinimum=0)
+NEAR_X = _p("number", "X of a point to stay near, metres in the map frame. Needs near_y.", **COORDINATE)
+NEAR_Y = _p("number", "Y of that point, metres in the map frame.", **COORDINATE)
+SPATIAL_RADIUS = _p("number", "Radius around (near_x, near_y) in metres (default 3).", **DISTANCE)
 
 
 def _obs(args: dict[str, Any], *more: str) -> tuple[str, ...]:
@@ -72,10 +72,11 @@ TOOLS: tuple[ToolDef, ...] = (
             "To find a specific thing near a point use semantic_search with near_x/near_y; to find where a "
             "thing is use locate."),
         parameters=_obj({
-            "x": _p("number", "X of the point, metres in the map frame."),
-            "y": _p("number", "Y of the point, metres in the map frame."),
-            "z": _p("number", "Z in metres; leave 0 for a 2-D map (distance is then horizontal).", default=0.0),
-            "radius": _p("number", "Radius in metres.", default=2.0, exclusiveMinimum=0),
+            "x": _p("number", "X of the point, metres in the map frame.", **COORDINATE),
+            "y": _p("number", "Y of the point, metres in the map frame.", **COORDINATE),
+            "z": _p("number", "Z in metres; leave 0 for a 2-D map (distance is then horizontal).", default=0.0,
+                    **COORDINATE),
+            "radius": _p("number", "Radius in metres.", default=2.0, **DISTANCE),
             "layer": LAYER,
             "time_after": _time("Only things seen there after this time."),
             "time_before": _time("Only things seen there before this time."),
@@ -97,8 +98,7 @@ TOOLS: tuple[ToolDef, ...] = (
         parameters=_obj({
             "time_after": _time("Start of the window."),
             "time_before": _time("End of the window."),
-            "last_n_minutes": _p("number", "Shortcut for the window from N minutes ago until now.",
-                                 exclusiveMinimum=0),
+            "last_n_minutes": _p("number", "Shortcut for the window from N minutes ago until now.", **MINUTES),
             "layer": LAYER,
             "near_x": NEAR_X, "near_y": NEAR_Y, "spatial_radius": SPATIAL_RADIUS,
             "order": _p("string", "'newest' (default) or 'oldest' first.", enum=["newest", "oldest"],
@@ -134,9 +134,9 @@ TOOLS: tuple[ToolDef, ...] = (
             "summaries nearby, what was observed in the last few minutes, the active episode and the body "
             "status. Call it at the start of a task or conversation."),
         parameters=_obj({
-            "radius": _p("number", "What counts as nearby, in metres.", default=3.0, exclusiveMinimum=0),
+            "radius": _p("number", "What counts as nearby, in metres.", default=3.0, **DISTANCE),
             "include_recent_minutes": _p("number", "How far back 'recent' reaches, in minutes.", default=5.0,
-                                         exclusiveMinimum=0),
+                                         **MINUTES),
         }),
         time_params=(),
     ),
@@ -174,8 +174,7 @@ TOOLS: tuple[ToolDef, ...] = (
             "name": _p("string", "Part of the name, case-insensitive, e.g. 'chair', 'alice'."),
             "entity_type": _p("string", "Type, e.g. 'furniture', 'person', 'landmark'."),
             "near_x": NEAR_X, "near_y": NEAR_Y,
-            "spatial_radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).",
-                                 exclusiveMinimum=0),
+            "spatial_radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).", **DISTANCE),
             "last_seen_after": _time("Only entities seen after this time."),
             "n_results": N_RESULTS,
         }),
@@ -217,8 +216,7 @@ TOOLS: tuple[ToolDef, ...] = (
             "query": _p("string", "The thing or place, in words."),
             "n_results": _p("integer", "Items per section (1-100).", default=10, minimum=1),
             "radius_multiplier": _p("number", "Widen the located radius by this factor to gather "
-                                    "surroundings (at least 2 m is always used).", default=1.5,
-                                    exclusiveMinimum=0),
+                                    "surroundings (at least 2 m is always used).", default=1.5, **FACTOR),
         }, ("query",)),
         time_params=(),
     ),
@@ -243,9 +241,9 @@ TOOLS: tuple[ToolDef, ...] = (
             "at_time": _time("Report the readings as they were at this time (the last reading at or before it, "
                              "with the trend before it) instead of the latest. Not with below/above."),
             "below": _p("number", "Find when the readings fell below this level, in the units they are shown in "
-                        "(30 means 30 % for the battery, 70 means 70 °C). Not with above."),
+                        "(30 means 30 % for the battery, 70 means 70 °C). Not with above.", **LEVEL),
             "above": _p("number", "Find when the readings rose above this level, in the units they are shown in. "
-                        "Not with below."),
+                        "Not with below.", **LEVEL),
             "time_after": _time("Only crossings after this time (with below/above)."),
             "time_before": _time("Only crossings before this time (with below/above)."),
             "n_results": _p("integer", "Most crossings to list per layer, newest first (1-20).", default=5,
@@ -268,9 +266,9 @@ ACTIONS: tuple[ToolDef, ...] = (
             "at a position, and found by the search tools afterwards."),
         parameters=_obj({
             "text": _p("string", "What to remember, as a full sentence."),
-            "x": _p("number", "X in metres where it applies (optional; needs y)."),
-            "y": _p("number", "Y in metres where it applies (optional; needs x)."),
-            "z": _p("number", "Z in metres (optional)."),
+            "x": _p("number", "X in metres where it applies (optional; needs y).", **COORDINATE),
+            "y": _p("number", "Y in metres where it applies (optional; needs x).", **COORDINATE),
+            "z": _p("number", "Z in metres (optional).", **COORDINATE),
             "layer_name": _p("string", "Layer to file it under.", default="agent_notes"),
             "metadata": _p("object", "Optional extra fields (a JSON object)."),
         }, ("text",)),

@@ -238,6 +238,7 @@ def test_every_service_answers(harness):
         "find_experiences": {"query": "grasp"},
         "memory_stats": {},
         "call_tool": {"tool": "semantic_search", "arguments_json": '{"query": "person waving"}'},
+        "list_tools": {},
     }
     assert set(requests) == {s.name for s in SERVICES}
     for spec in SERVICES:  # in table order: start_episode comes before end_episode

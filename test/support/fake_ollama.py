@@ -101,6 +101,7 @@ class FakeOllama:
         trickle_interval: float = 0.1,
         version: str = "0.12.0",
         embed_responder: Optional[Callable[[list[str]], Any]] = None,
+        chat_responder: Optional[Callable[[dict], dict]] = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -113,6 +114,8 @@ class FakeOllama:
         self.trickle_interval = trickle_interval
         self.version = version
         self.embed_responder = embed_responder  # if set, its return value is sent as "embeddings"
+        # if set, chat(request body) -> the assistant message (content and/or tool_calls): a scripted model
+        self.chat_responder = chat_responder
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._release = threading.Event()  # set on stop: every hanging handler returns
@@ -345,6 +348,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict) -> None:
         model = self._model(body)
+        if self.fake.chat_responder is not None:
+            message = {"role": "assistant", "content": "", **self.fake.chat_responder(body)}
+            self._send_json(200, {"model": model, "created_at": _now(), "done": True, "done_reason": "stop",
+                                  "message": message, "eval_count": 1})
+            return
         messages = body.get("messages") or []
         user = [m.get("content") or "" for m in messages if isinstance(m, dict) and m.get("role") == "user"]
         text = self.fake.responder(user[-1] if user else "") or ""
@@ -388,3 +396,23 @@ def wait_until(predicate: Callable[[], bool], seconds: float = 2.0) -> bool:
             return True
         time.sleep(0.01)
     return predicate()
+
+
+def tool_then_answer(tool: Callable[[list[str]], str], arguments: dict, prefix: str = "Answer: ") -> Callable[[dict], dict]:
+    """A scripted tool-calling model for ``chat_responder``.
+
+    First turn (no tool result in the conversation yet): call ``tool(offered names)``
+    with ``arguments``. Once a tool result is in the conversation: answer with
+    ``prefix`` followed by that result's first line, so the answer carries what
+    the tool really returned.
+    """
+
+    def respond(body: dict) -> dict:
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        results = [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+        if results:
+            return {"content": prefix + (results[-1].splitlines() or [""])[0]}
+        offered = [t["function"]["name"] for t in body.get("tools") or []]
+        return {"content": "", "tool_calls": [{"function": {"name": tool(offered), "arguments": arguments}}]}
+
+    return respond

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Questions while the memory is busy writing: tool latency under unthrottled writers and maintenance.
+
+A robot's memory answers a planner while perception writes as fast as it
+can. This bench fills a memory (the realistic stream of robot_streams.py,
+the deterministic ``HashingEmbeddingProvider``, the default flush timer),
+then measures the tools' latency (query cache off, query embeddings
+pre-computed) in four phases:
+
+- ``quiet``: no writer;
+- ``writers``: three threads add observations as fast as they can;
+- ``writers+maintenance``: the same, while consolidation (entities, gists)
+  and archival run in a loop on the consolidation worker;
+- ``writers only``: the three writers without questions, for the write
+  throughput the questions cost.
+
+A question is asked every ``--interval`` seconds (a planner's pace, not a
+load test of reads). Reported: p50 / p95 / p99 / max per phase and the
+write throughput (observations stored per second) with and without
+questions.
+
+    python bench/bench_contention.py            # 20k prefill, 8 s per phase
+    python bench/bench_contention.py --quick    # 5k prefill, 4 s per phase
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from robot_streams import CachedProvider, make_stream  # noqa: E402
+
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("semantic_search", {"query": "red mug"}),
+    ("spatial_query", {"x": 9.0, "y": 3.0, "radius": 3.0}),
+    ("temporal_query", {"last_n_minutes": 1}),
+    ("locate", {"concept": "fire extinguisher"}),
+    ("recall", {"query": "laptop on the desk"}),
+    ("get_current_context", {}),
+    ("semantic_search", {"query": "a person near the door", "time_after": "-1m"}),
+    ("body_status", {}),
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def open_memory(folder: Path, provider, **overrides: Any) -> Any:
+    from emem_ros import Memory, MemoryConfig
+
+    settings: dict[str, Any] = {"query_cache_enabled": False, "consolidation_window": 5.0,
+                                "archive_after_seconds": 0.0, "index_save_interval": 0.0}
+    settings.update(overrides)
+    config = MemoryConfig(db_path=str(folder / "memory.db"), **settings)
+    return Memory(config=config, embedding_provider=provider)
+
+
+class Writers:
+    """Three threads adding the stream's rows (stamped by the memory's clock) until told to stop."""
+
+    def __init__(self, memory, rows: list[tuple], threads: int = 3) -> None:
+        self.memory = memory
+        self.rows = rows
+        self.stop = threading.Event()
+        self.added = [0] * threads
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
+
+    def _run(self, index: int) -> None:
+        add = self.memory.add
+        n = 0
+        for text, x, y, z, _stamp, layer, source, conf, _value, meta in itertools.cycle(self.rows[index::3]):
+            if self.stop.is_set():
+                break
+            if source == "interoception":
+                continue
+            add(text, x, y, z, None, layer, source, conf, meta)
+            n += 1
+            if n % 256 == 0:
+                self.added[index] = n
+        self.added[index] = n
+
+    def __enter__(self) -> "Writers":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+class Maintenance:
+    """Consolidation (entities, gists) and archival in a loop, as a node's timers would run them."""
+
+    def __init__(self, memory) -> None:
+        self.memory = memory
+        self.stop = threading.Event()
+        self.runs = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.memory.maintenance(timeout=60)
+                self.runs += 1
+            except Exception as exc:  # reported, not fatal: the bench measures the questions
+                print(f"maintenance failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            self.stop.wait(0.2)
+
+    def __enter__(self) -> "Maintenance":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def ask(memory, seconds: float, interval: float) -> list[float]:
+    """Tool latencies (ms) over ``seconds``, one question every ``interval`` s, cycling through CALLS."""
+    latencies = []
+    end = time.perf_counter() + seconds
+    for name, args in itertools.cycle(CALLS):
+        started = time.perf_counter()
+        if started > end:
+            break
+        answer = str(getattr(memory, name)(**args))
+        took = time.perf_counter() - started
+        if answer.startswith("Error"):
+            raise RuntimeError(f"{name}{args}: {answer}")
+        latencies.append(took * 1000)
+        time.sleep(max(0.0, interval - took))
+    return latencies
+
+
+def stored(memory) -> int:
+    return int(memory.stats["observations_written"])
+
+
+def phase(memory, label: str, seconds: float, interval: float, writers: Callable[[], Any] | None,
+          maintenance: bool, questions: bool = True) -> dict[str, Any]:
+    memory.flush()
+    before = stored(memory)
+    started = time.perf_counter()
+    latencies: list[float] = []
+    runs = 0
+    if writers is None:
+        latencies = ask(memory, seconds, interval)
+    else:
+        with writers() as w:
+            if maintenance:
+                with Maintenance(memory) as m:
+                    latencies = ask(memory, seconds, interval) if questions else _sleep(seconds)
+                    runs = m.runs
+            else:
+                latencies = ask(memory, seconds, interval) if questions else _sleep(seconds)
+        added = sum(w.added)
+    elapsed = time.perf_counter() - started
+    written = stored(memory) - before
+    row: dict[str, Any] = {"phase": label, "questions": len(latencies), "seconds": elapsed,
+                           "stored_per_s": written / elapsed, "maintenance_runs": runs}
+    if writers is not None:
+        row["added_per_s"] = added / elapsed
+    if latencies:
+        row.update(p50=statistics.median(latencies), p95=percentile(latencies, 95),
+                   p99=percentile(latencies, 99), max=max(latencies))
+    return row
+
+
+def _sleep(seconds: float) -> list[float]:
+    time.sleep(seconds)
+    return []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--prefill", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between questions (default 0.05)")
+    parser.add_argument("--archive-batch-size", type=int, default=None,
+                        help="archive_batch_size (default: the memory's, 5000)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    prefill = args.prefill or (5_000 if args.quick else 20_000)
+    seconds = args.seconds or (4.0 if args.quick else 8.0)
+
+    from emem_ros.embeddings.hashing import HashingEmbeddingProvider
+
+    stream = make_stream(prefill + 60_000)
+    provider = CachedProvider(HashingEmbeddingProvider())
+    provider.precompute([a["query"] for _, a in CALLS if "query" in a] + [a["concept"] for _, a in CALLS
+                                                                         if "concept" in a])
+    rows = list(stream.rows())
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = {} if args.archive_batch_size is None else {"archive_batch_size": args.archive_batch_size}
+        memory = open_memory(Path(tmp), provider, **overrides)
+        try:
+            now = time.time()
+            shift = now - 600 - float(stream.stamp[prefill - 1])
+            for text, x, y, z, stamp, layer, source, conf, value, meta in rows[:prefill]:
+                if source == "interoception":
+                    memory.add_body_state(text, layer, x, y, z, stamp + shift, metadata=meta, value=value)
+                else:
+                    memory.add(text, x, y, z, stamp + shift, layer, source, conf, meta)
+            memory.flush()
+            for name, call_args in CALLS:  # warm: the first call of a tool builds its catalogs
+                getattr(memory, name)(**call_args)
+            live = rows[prefill:]
+
+            def writers() -> Writers:
+                return Writers(memory, live)
+
+            results = [
+                phase(memory, "quiet", seconds, args.interval, None, False),
+                phase(memory, "writers", seconds, args.interval, writers, False),
+                phase(memory, "writers+maintenance", seconds, args.interval, writers, True),
+                phase(memory, "writers only (no questions)", seconds, args.interval, writers, False, False),
+            ]
+        finally:
+            memory.close()
+    print(f"prefill {prefill} observations, {seconds:g} s per phase, a question every {args.interval * 1000:g} ms"
+          + (f", archive_batch_size {args.archive_batch_size}" if args.archive_batch_size else "") + ";"
+          f" load {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
+    print(f"{'phase':30s} {'questions':>9s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} {'max ms':>8s}"
+          f" {'added/s':>9s} {'stored/s':>9s} {'maint.':>6s}")
+    for r in results:
+        lat = (f"{r['p50']:8.1f} {r['p95']:8.1f} {r['p99']:8.1f} {r['max']:8.1f}" if "p50" in r
+               else f"{'-':>8s} {'-':>8s} {'-':>8s} {'-':>8s}")
+        print(f"{r['phase']:30s} {r['questions']:9d} {lat} {r.get('added_per_s', 0):9.0f} {r['stored_per_s']:9.0f}"
+              f" {r['maintenance_runs']:6d}")
+
+
+if __name__ == "__main__":
+    main()
