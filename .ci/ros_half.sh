@@ -9,7 +9,8 @@
 #     --system-site-packages ($ROS_VENV, default .venv-ros): the memory core's pip dependencies live
 #     there, and memory_node's `#!/usr/bin/env python3` finds the venv's python once it is activated.
 #     numpy stays < 2: the generated message modules of Humble are compiled against numpy 1.x.
-#   - pytest 7 in that venv: Humble's launch_testing plugin cannot load in pytest >= 8.
+#   - pytest 7 in that venv: Humble's launch_testing plugin cannot load in pytest >= 8; ollama for
+#     example_planner (test_planner.py), rosbags for the replay the bag tests compare with.
 # Where $SHARED_ROS2 is absent (no ROS for this machine) it says so and exits 0: the ROS half is skipped.
 set -euo pipefail
 script=$(realpath "$0")
@@ -42,7 +43,7 @@ stamp="$venv/.emem-ros-installed"
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ "$script" -nt "$stamp" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install --quiet 'numpy>=1.22,<2' 'hnswlib>=0.8' 'rtree>=1.1' 'scipy>=1.8' \
-    'PyYAML>=5.4' 'rosbags>=0.10' 'tqdm>=4.60' 'pytest>=7,<8' 'pytest-timeout>=2'
+    'PyYAML>=5.4' 'ollama>=0.4' 'rosbags>=0.10' 'tqdm>=4.60' 'pytest>=7,<8' 'pytest-timeout>=2'
   touch "$stamp"
 fi
 # shellcheck disable=SC1091
