@@ -108,10 +108,14 @@ def probe():
     p.close()
 
 
-def bag_layers(params_file: Path) -> list[str]:
+def bag_layers(params_file: Path) -> dict[str, bool]:
+    """Layer name -> whether its message type has a header (a stamp of its own)."""
+    from rosidl_runtime_py.utilities import get_message
+
     from emem_ros.ros.params import load_params_yaml
 
-    return [spec.name for spec in load_params_yaml(params_file).layers]
+    return {spec.name: hasattr(get_message(spec.msg_type)(), "header")
+            for spec in load_params_yaml(params_file).layers}
 
 
 # ---------------------------------------------------------------------------- bag play == replay
@@ -172,13 +176,26 @@ def test_bag_played_into_the_live_node_equals_replay(bag, tmp_path, probe):
 
     live = graph.intake_counts(node.log())
     stored = graph.stored_per_layer(db)
-    for layer in bag_layers(params_file):
+    for layer, stamped in bag_layers(params_file).items():
         report = next(r for r in summary.layers if r.name == layer)
-        # Exact, no tolerance: the node thins on message stamps and interpolates odometry at them,
-        # exactly as replay does, and reliable QoS at this rate delivers every message.
-        assert live[layer] == {"messages": report.messages, "stored": report.observations,
-                               "thinned": report.dropped_by_intake, "skipped": report.skipped_total}, layer
-        assert stored.get(layer, 0) == report.observations, f"{layer}: stored in the file after Ctrl-C"
+        counts = live[layer]
+        # Every message reaches the node (reliable QoS at this rate) and each is stored, thinned or skipped.
+        assert counts["messages"] == report.messages, layer
+        assert counts["stored"] + counts["thinned"] + counts["skipped"] == report.messages, layer
+        assert stored.get(layer, 0) == counts["stored"], f"{layer}: stored in the file after Ctrl-C"
+        expected = {"stored": report.observations, "thinned": report.dropped_by_intake,
+                    "skipped": report.skipped_total}
+        got = {key: counts[key] for key in expected}
+        if stamped:
+            # Exact: the node thins on header stamps and interpolates odometry at them, as replay does.
+            assert got == expected, layer
+        else:
+            # A message without a header (std_msgs/String captions) is stamped with the node's clock on
+            # arrival: /clock (40 Hz at 10x = 0.25 bag seconds a tick) plus delivery latency, where replay
+            # uses the bag's receive time. One 5 s caption can then land on the other side of the
+            # intake's min_period: measured here 1 of 158 (scene) once in four runs, so 2 allowed.
+            assert abs(got["stored"] - expected["stored"]) <= 2 and got["skipped"] == expected["skipped"], \
+                f"{layer}: {got} vs replay {expected}"
 
 
 # ---------------------------------------------------------------------------- the README's services
