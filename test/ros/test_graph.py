@@ -179,9 +179,8 @@ def test_bag_played_into_the_live_node_equals_replay(bag, tmp_path, probe):
     for layer, stamped in bag_layers(params_file).items():
         report = next(r for r in summary.layers if r.name == layer)
         counts = live[layer]
-        # Every message reaches the node (reliable QoS at this rate) and each is stored, thinned or skipped.
+        # Every message reaches the node (reliable QoS at this rate).
         assert counts["messages"] == report.messages, layer
-        assert counts["stored"] + counts["thinned"] + counts["skipped"] == report.messages, layer
         assert stored.get(layer, 0) == counts["stored"], f"{layer}: stored in the file after Ctrl-C"
         expected = {"stored": report.observations, "thinned": report.dropped_by_intake,
                     "skipped": report.skipped_total}
