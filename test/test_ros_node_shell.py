@@ -216,7 +216,7 @@ def test_an_exception_in_a_transition_is_logged_and_failure(make_node, tmp_path,
     assert node.trigger("activate") == SUCCESS
 
 
-def _interrupt_when_spinning(times: int) -> threading.Thread:
+def _interrupt_when_spinning(times: int, signum: int = signal.SIGINT) -> threading.Thread:
     """SIGINT this process `times` times once main()'s executor spins (a terminal's Ctrl-C plus launch's)."""
     def interrupt() -> None:
         deadline = time.monotonic() + 30.0
@@ -226,7 +226,7 @@ def _interrupt_when_spinning(times: int) -> threading.Thread:
                 break
             time.sleep(0.01)
         for _ in range(times):
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
             time.sleep(0.05)
     thread = threading.Thread(target=interrupt, daemon=True)
     thread.start()
@@ -239,14 +239,17 @@ def test_main_spins_then_flushes_and_closes_on_sigint(node_module, tmp_path, sto
     fake_rclpy.LifecycleNode.default_overrides = overrides(db)
     fake_rclpy.MultiThreadedExecutor.last = None
     before = signal.getsignal(signal.SIGINT)
+    interrupter = None
     try:
         if stop == "external shutdown":
             fake_rclpy.MultiThreadedExecutor.spin_raises = fake_rclpy.ExternalShutdownException
         elif stop == "sigterm":
-            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            interrupter = _interrupt_when_spinning(1, signal.SIGTERM)
         else:
-            _interrupt_when_spinning(2 if stop == "sigint twice" else 1)
+            interrupter = _interrupt_when_spinning(2 if stop == "sigint twice" else 1)
         assert node_module.main([]) == 0
+        if interrupter is not None:
+            interrupter.join(35.0)  # every signal delivered while main()'s handlers decide, not pytest's
         executor = fake_rclpy.MultiThreadedExecutor.last
         (node,) = executor.nodes
         assert executor.shut_down and executor.num_threads >= 4
