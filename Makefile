@@ -1,6 +1,8 @@
 # Two commands for a fresh machine:
 #   make demo   set up .venv, replay the bundled patrol bag into a memory, ask it a question
-#   make test   set up .venv and run the test suite (what .ci/run calls)
+#   make test   set up .venv and run the test suite (what .ci/run calls): the core suite, then the ROS half
+#               (.ci/ros_half.sh: ROS 2 Humble from ../shared/ros2, colcon build, test/ros/), which says
+#               it was skipped, and why, where that ROS is absent
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,7 +12,7 @@ SHARED_VENDOR ?= ../shared/vendor
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv demo test lint bench bags clean fleet-deps
+.PHONY: venv demo test test-core test-ros lint bench bags clean fleet-deps
 
 $(STAMP): setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +34,14 @@ demo: $(STAMP)
 	$(BIN)/emem query $(DEMO_DIR)/memory.db temporal_query time_after=2025-03-14T09:10:24Z time_before=2025-03-14T09:10:50Z n_results=5
 	$(BIN)/emem map $(DEMO_DIR)/memory.db -o $(DEMO_DIR)/map.png
 
-test: $(STAMP) fleet-deps lint
+test: test-core test-ros
+
+test-core: $(STAMP) fleet-deps lint
 	$(BIN)/python -m pytest -q
+
+# Real ROS 2 Humble: colcon build in a scratch workspace, then test/ros/ with rclpy and launch_testing.
+test-ros:
+	bash .ci/ros_half.sh
 
 # Types and lint (configured in setup.cfg [mypy] and ruff.toml); part of `make test`.
 lint: $(STAMP)
@@ -59,4 +67,4 @@ bags: $(STAMP)
 	$(BIN)/python rosbags/generate.py --out rosbags
 
 clean:
-	rm -rf $(VENV) out build *.egg-info
+	rm -rf $(VENV) .venv-ros out build *.egg-info

@@ -7,7 +7,7 @@
 The node is configured (parameters validated, store opened, embedder loaded)
 and, once it reports `inactive` after configuring, activated (subscriptions,
 services, timers). A failed configure leaves it `unconfigured` and logs why.
-Works on Humble and Jazzy: only launch / launch_ros APIs present in both.
+Tested on Humble (test/ros/); written with launch / launch_ros APIs that Jazzy also has (not tested there).
 """
 
 from __future__ import annotations

@@ -84,3 +84,28 @@ def fleet_url(postgres_server) -> str:
 def own_postgres():
     """A server of this test's own, which the test may stop and start (an outage mid-sync)."""
     yield from _postgres_or_skip()
+
+
+# ---------------------------------------------------------------------------- Python logging vs ROS launch
+def _undo_launch_logging() -> None:
+    """Give Python logging back its standard logger class and propagation after ROS `launch` was imported.
+
+    Importing `launch` (Humble's launch_testing pytest plugin does, at start-up) calls
+    `logging.setLoggerClass(LaunchLogger)`, whose loggers set `propagate = False`: every logger made
+    afterwards (ours are made when their module is first imported) stops reaching the root logger,
+    where pytest's log capture listens. The loggers of launch itself keep their own setting.
+    """
+    if logging.getLoggerClass().__name__ == "LaunchLogger":
+        logging.setLoggerClass(logging.Logger)
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (type(logger).__name__ == "LaunchLogger" and not logger.propagate
+                and name.split(".")[0] not in ("launch", "launch_ros", "launch_testing")):
+            logger.propagate = True
+
+
+@pytest.fixture(autouse=True)
+def _standard_python_logging(request):
+    """Outside test/ros (where launch runs in-process and owns its loggers), logging is Python's own."""
+    if "ros" not in request.path.parent.name:
+        _undo_launch_logging()
+    yield

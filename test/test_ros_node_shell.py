@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import threading
+import time
 
 import pytest
 
@@ -212,21 +216,55 @@ def test_an_exception_in_a_transition_is_logged_and_failure(make_node, tmp_path,
     assert node.trigger("activate") == SUCCESS
 
 
-def test_main_spins_then_flushes_and_closes_on_sigint(node_module, tmp_path, monkeypatch):
+def _interrupt_when_spinning(times: int, signum: int = signal.SIGINT) -> threading.Thread:
+    """SIGINT this process `times` times once main()'s executor spins (a terminal's Ctrl-C plus launch's)."""
+    def interrupt() -> None:
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            executor = fake_rclpy.MultiThreadedExecutor.last
+            if executor is not None and executor.spinning.is_set():
+                break
+            time.sleep(0.01)
+        for _ in range(times):
+            os.kill(os.getpid(), signum)
+            time.sleep(0.05)
+    thread = threading.Thread(target=interrupt, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("stop", ["sigint", "sigint twice", "sigterm", "external shutdown"])
+def test_main_spins_then_flushes_and_closes_on_sigint(node_module, tmp_path, stop):
     db = tmp_path / "m.db"
     fake_rclpy.LifecycleNode.default_overrides = overrides(db)
+    fake_rclpy.MultiThreadedExecutor.last = None
+    before = signal.getsignal(signal.SIGINT)
+    interrupter = None
     try:
-        for interruption in (KeyboardInterrupt, fake_rclpy.ExternalShutdownException):
-            fake_rclpy.MultiThreadedExecutor.spin_raises = interruption
-            assert node_module.main([]) == 0
-            executor = fake_rclpy.MultiThreadedExecutor.last
-            (node,) = executor.nodes
-            assert executor.shut_down and executor.num_threads >= 4
-            assert not node.runtime.configured and node.node_destroyed and not fake_rclpy._ok()
-            assert db.exists()
+        if stop == "external shutdown":
+            fake_rclpy.MultiThreadedExecutor.spin_raises = fake_rclpy.ExternalShutdownException
+        elif stop == "sigterm":
+            interrupter = _interrupt_when_spinning(1, signal.SIGTERM)
+        else:
+            interrupter = _interrupt_when_spinning(2 if stop == "sigint twice" else 1)
+        assert node_module.main([]) == 0
+        if interrupter is not None:
+            interrupter.join(35.0)  # every signal delivered while main()'s handlers decide, not pytest's
+        executor = fake_rclpy.MultiThreadedExecutor.last
+        (node,) = executor.nodes
+        assert executor.shut_down and executor.num_threads >= 4
+        assert not node.runtime.configured and node.node_destroyed and not fake_rclpy._ok()
+        assert db.exists()
+        assert ("info", "memory flushed and closed") in node.logger.lines
+        # Stopped by a signal, the exiting process ignores further ones (launch's SIGINT after the
+        # terminal's must not make it die with -2); otherwise main() puts the previous handler back.
+        expected = before if stop == "external shutdown" else signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is expected
     finally:
+        signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         fake_rclpy.LifecycleNode.default_overrides = []
-        fake_rclpy.MultiThreadedExecutor.spin_raises = KeyboardInterrupt
+        fake_rclpy.MultiThreadedExecutor.spin_raises = None
 
 
 def test_memory_core_warnings_reach_the_ros_log(make_node, tmp_path):

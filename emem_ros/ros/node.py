@@ -14,8 +14,11 @@ exception into a logged FAILURE (rclpy would otherwise swallow it).
   (query group), timers and markers (maintenance group).
 - deactivate: destroy them, flush. cleanup / shutdown: close the memory.
 
-``main()`` spins a MultiThreadedExecutor; SIGINT flushes and closes the
-memory and exits with code 0.
+``main()`` spins a MultiThreadedExecutor; SIGINT (or SIGTERM) flushes and
+closes the memory and exits with code 0. It installs its own handlers instead
+of rclpy's: rclpy's shut the context down on the signal, so the closing log
+lines could no longer reach /rosout, and a second SIGINT (a terminal's Ctrl-C
+reaches both `ros2 launch` and the node) raised KeyboardInterrupt mid-close.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import difflib
 import functools
 import logging
 import os
+import signal
+import threading
 import traceback
 from typing import Any, Callable, Optional
 
@@ -126,6 +131,36 @@ class MemoryNode(LifecycleNode):
         """Parameter name -> why rclpy refused to declare it (a params-file type clash)."""
         for name, default, type_name, description in declarations():
             self._declare(name, default, type_name, description)
+        self._answer_invalid_transitions()
+
+    def _answer_invalid_transitions(self) -> None:
+        """An invalid transition request gets success=False, not silence.
+
+        Humble's rclpy raises inside its change_state callback when the transition
+        is not valid from the current state (e.g. activate while unconfigured), so
+        the caller (`ros2 lifecycle set`, launch) never hears back.
+        """
+        service = getattr(self, "_service_change_state", None)
+        if service is None:
+            return
+        answer = service.callback
+
+        def guarded(request: Any, response: Any) -> Any:
+            try:
+                return answer(request, response)
+            except Exception as exc:
+                label = request.transition.label or f"id {request.transition.id}"
+                self._log.warning(f"transition {label} refused in state '{self._state_label()}': {exc}")
+                response.success = False
+                return response
+
+        service.callback = guarded
+
+    def _state_label(self) -> str:
+        try:
+            return str(self._state_machine.current_state[1])
+        except Exception:
+            return "unknown"
 
     # ------------------------------------------------------------------ clock
     def _now(self) -> float:
@@ -353,31 +388,44 @@ class MemoryNode(LifecycleNode):
 
 
 def main(args: Optional[list[str]] = None) -> int:
-    """`ros2 run emem_ros memory_node`: spin until SIGINT, then flush and close the memory."""
-    rclpy.init(args=args)
+    """`ros2 run emem_ros memory_node`: spin until SIGINT/SIGTERM, then flush, close and exit 0."""
+    stop = threading.Event()
+    stop_signal: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # One stop is enough: later signals (launch's SIGINT after the terminal's) must not
+        # interrupt the flush.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop_signal.append(signum)
+        stop.set()
+
+    rclpy.init(args=args, **_no_rclpy_signal_handlers())
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     node: Optional[MemoryNode] = None
     executor: Optional[MultiThreadedExecutor] = None
+    spinner: Optional[threading.Thread] = None
+    failure: list[BaseException] = []
     closed = True
     try:
         node = MemoryNode()
         # Separate callback groups only help with threads to run them: at least one per group.
         executor = MultiThreadedExecutor(num_threads=max(4, os.cpu_count() or 1))
         executor.add_node(node)
-        try:
-            executor.spin()
-        except (KeyboardInterrupt, ExternalShutdownException):
+        spinner = threading.Thread(target=_spin, args=(executor, stop, failure), name="memory-spin", daemon=True)
+        spinner.start()
+        while not stop.wait(0.5):  # the main thread stays free to run the signal handler
             pass
-        except RuntimeError:
-            if rclpy.ok():  # not the "context shut down by the signal" race: a real error
-                raise
     finally:
         if executor is not None:
             try:
                 executor.shutdown(timeout_sec=5.0)
             except Exception:
                 pass
+        if spinner is not None:
+            spinner.join(timeout=10.0)
         if node is not None:
-            closed = node.release()
+            closed = node.release()  # the context is still valid: these log lines reach /rosout
             try:
                 node.destroy_node()
             except Exception:
@@ -387,4 +435,32 @@ def main(args: Optional[list[str]] = None) -> int:
                 rclpy.shutdown()
         except Exception:
             pass
+        for sig, handler in previous.items():
+            # After a stop signal the process is on its way out: a late SIGINT (launch sends one after
+            # the terminal's) must not turn the clean exit into "died, exit code -2".
+            signal.signal(sig, signal.SIG_IGN if stop_signal else handler)
+    if failure:
+        raise failure[0]
     return 0 if closed else 1
+
+
+def _spin(executor: MultiThreadedExecutor, stop: threading.Event, failure: list[BaseException]) -> None:
+    """Spin until the executor is shut down; a real error stops the process (main re-raises it)."""
+    try:
+        executor.spin()
+    except ExternalShutdownException:
+        pass
+    except BaseException as exc:
+        if not stop.is_set() and rclpy.ok():
+            failure.append(exc)
+    finally:
+        stop.set()
+
+
+def _no_rclpy_signal_handlers() -> dict[str, Any]:
+    """`rclpy.init` arguments that keep rclpy's own signal handlers out (where rclpy supports it)."""
+    try:
+        from rclpy.signals import SignalHandlerOptions
+    except ImportError:  # pragma: no cover - rclpy before Humble
+        return {}
+    return {"signal_handler_options": SignalHandlerOptions.NO}

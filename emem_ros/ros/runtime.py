@@ -167,9 +167,9 @@ class MemoryRuntime:
         try:
             return build(params, self.clock)
         except EmemError as exc:
-            raise ConfigureError(f"cannot open the memory at {params.memory.db_path}: {exc}") from None
+            raise ConfigureError(f"db_path: cannot open the memory at {params.memory.db_path}: {exc}") from None
         except (OSError, ImportError, RuntimeError, ValueError) as exc:
-            raise ConfigureError(f"cannot open the memory at {params.memory.db_path} "
+            raise ConfigureError(f"db_path: cannot open the memory at {params.memory.db_path} "
                                  f"({type(exc).__name__}: {exc})") from None
 
     def deactivate(self) -> int:
@@ -186,10 +186,13 @@ class MemoryRuntime:
             fleet.close()
         with self._lock:
             memory, self.memory = self.memory, None
+            pipeline = self.pipeline
             self.params, self.pipeline = None, None
             self.layer_types, self.odometry_type = {}, None
             self.camera_info_type = None
             self._pending.clear()
+        if pipeline is not None:
+            self.log.info(intake_report(pipeline.counts()))
         if memory is not None:
             memory.close()
 
@@ -324,3 +327,10 @@ class MemoryRuntime:
         """The MarkerArray to publish now (DELETEALL first, then entities and gists)."""
         frame = self.params.memory.frame_id if self.params is not None else ""
         return marker_module.to_marker_array(self.marker_specs(), make, stamp=self.clock(), frame=frame)
+
+
+def intake_report(counts: dict[str, Any]) -> str:
+    """One log line: what became of each layer's messages since configure (a replay's summary, live)."""
+    parts = [f"{name} {c.messages} message(s) -> {c.observations} stored, {c.dropped_by_intake} thinned, "
+             f"{sum(c.skipped.values())} skipped" for name, c in counts.items()]
+    return "intake since configure: " + ("; ".join(parts) or "no layers")

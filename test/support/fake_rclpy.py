@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import enum
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
@@ -256,13 +257,16 @@ class LifecycleNode:
 
 
 class MultiThreadedExecutor:
-    spin_raises: Optional[type] = KeyboardInterrupt
+    spin_raises: Optional[type] = None
+    """Raised by spin() after activating; None: spin until shutdown() (what a signal leads to)."""
     last: Optional["MultiThreadedExecutor"] = None
 
     def __init__(self, num_threads: Optional[int] = None) -> None:
         self.num_threads = num_threads
         self.nodes: list[Any] = []
         self.shut_down = False
+        self.spinning = threading.Event()
+        self._stopped = threading.Event()
         MultiThreadedExecutor.last = self
 
     def add_node(self, node: Any) -> None:
@@ -272,11 +276,14 @@ class MultiThreadedExecutor:
         for node in self.nodes:  # what launch does: configure, activate, then Ctrl-C
             node.trigger("configure")
             node.trigger("activate")
+        self.spinning.set()
         if self.spin_raises is not None:
             raise self.spin_raises()
+        self._stopped.wait(30.0)
 
     def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
         self.shut_down = True
+        self._stopped.set()
         return True
 
 
@@ -286,7 +293,7 @@ class _State:
     made_nodes: list = []
 
 
-def _init(args: Any = None) -> None:
+def _init(args: Any = None, **options: Any) -> None:
     _State.ok, _State.init_args = True, args
 
 
