@@ -239,6 +239,7 @@ def test_every_service_answers(harness):
         "memory_stats": {},
         "call_tool": {"tool": "semantic_search", "arguments_json": '{"query": "person waving"}'},
         "list_tools": {},
+        "forget": {"match": "waving", "dry_run": True},  # a dry run: the caption stays for the checks below
     }
     assert set(requests) == {s.name for s in SERVICES}
     for spec in SERVICES:  # in table order: start_episode comes before end_episode
