@@ -414,7 +414,7 @@ def gist_search(env: FleetEnv, scope: Scope, query: str, n: int, now: float) -> 
 def entity_query(env: FleetEnv, name: Any = None, entity_type: Any = None, near_x: Any = None, near_y: Any = None,
                  spatial_radius: Any = None, last_seen_after: Any = None, n_results: Any = 10,
                  robots: Any = None) -> SearchResult:
-    from emem_ros.tools.knowledge import ENTITY_RADIUS
+    from emem_ros.tools.knowledge import ENTITY_RADIUS, entity_filter_words
 
     n = env.count(n_results)
     now = env.now()
@@ -424,17 +424,8 @@ def entity_query(env: FleetEnv, name: Any = None, entity_type: Any = None, near_
     center, radius = make_area(near_x, near_y, spatial_radius, default_radius=ENTITY_RADIUS)
     after = env.time("last_seen_after", last_seen_after)
     hits = entities_near(env, chosen, center, radius, n, name or None, entity_type or None, after)
-    words = []
-    if chosen:
-        words.append("seen by " + ", ".join(chosen))
-    if name:
-        words.append(f"named like {quoted(name)}")
-    if entity_type:
-        words.append(f"of type '{entity_type}'")
-    if center is not None:
-        words.append(f"within {radius:g} m of ({center[0]:.1f}, {center[1]:.1f})")
-    if after is not None:
-        words.append(f"seen after {env.fmt(after)}")
+    words = (["seen by " + ", ".join(chosen)] if chosen else []) + entity_filter_words(
+        name, entity_type, center, radius, after, env.fmt)
     notes = []
     if not hits:
         notes.append("no entities are tracked yet (consolidation creates them); try semantic_search or locate"

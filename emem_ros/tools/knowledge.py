@@ -8,7 +8,7 @@ hnswlib or an exact scan of the filtered rows.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from emem_ros.core.types import Entity, Position
 from emem_ros.storage.sqlutil import marks
@@ -55,6 +55,19 @@ def entity_query(env: ToolEnv, name: Any = None, entity_type: Any = None, near_x
     center, radius = area(near_x, near_y, spatial_radius, default_radius=ENTITY_RADIUS)
     after = env.time("last_seen_after", last_seen_after)
     hits = entities_near(env, center, radius, n, name=name or None, entity_type=entity_type or None, after=after)
+    words = entity_filter_words(name, entity_type, center, radius, after, env.fmt)
+    notes = []
+    if not hits:
+        total = env.store.reader().execute("SELECT COUNT(*) FROM entities").fetchone()[0]
+        notes.append("no entities are tracked yet (consolidation creates them); try semantic_search or locate"
+                     if total == 0 else "try a broader name, no type, or a larger radius")
+    return SearchResult("entity_query", "entities " + (", ".join(words) if words else "(all)"), hits, now, notes,
+                        empty="No entities")
+
+
+def entity_filter_words(name: Any, entity_type: Any, center: Optional[Position], radius: Optional[float],
+                        after: Optional[float], fmt: Callable[[float], str]) -> list[str]:
+    """How an entity_query's filters read in its answer (the robot's and the fleet's alike)."""
     words = []
     if name:
         words.append(f"named like {quoted(name)}")
@@ -63,14 +76,8 @@ def entity_query(env: ToolEnv, name: Any = None, entity_type: Any = None, near_x
     if center is not None:
         words.append(f"within {radius:g} m of ({center[0]:.1f}, {center[1]:.1f})")
     if after is not None:
-        words.append(f"seen after {env.fmt(after)}")
-    notes = []
-    if not hits:
-        total = env.store.reader().execute("SELECT COUNT(*) FROM entities").fetchone()[0]
-        notes.append("no entities are tracked yet (consolidation creates them); try semantic_search or locate"
-                     if total == 0 else "try a broader name, no type, or a larger radius")
-    return SearchResult("entity_query", "entities " + (", ".join(words) if words else "(all)"), hits, now, notes,
-                        empty="No entities")
+        words.append(f"seen after {fmt(after)}")
+    return words
 
 
 def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[float], n: int,
