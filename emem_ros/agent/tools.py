@@ -24,6 +24,7 @@ from emem_ros.tools.results import fmt_time, quoted
 from emem_ros.tools.spec import COORDINATE, DISTANCE, TIME, CachePolicy, ToolDef
 from emem_ros.tools.spec import obj as _obj
 from emem_ros.tools.spec import param as _p
+from emem_ros.tools.sqlite_reads import SqliteReads
 
 MAX_RESULTS = 100
 
@@ -34,6 +35,7 @@ class AgentEnv(ToolEnv):
     def __init__(self, engine: Engine, ledger: Callable[[], ExperienceLedger],
                  cache: Optional[QueryCache] = None) -> None:
         super().__init__(engine)
+        self.reads = SqliteReads(self)
         self._ledger = ledger
         self.cache = cache
         self.forget: Optional[Callable[..., Any]] = None

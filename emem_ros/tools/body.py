@@ -33,12 +33,10 @@ from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence
 
 from emem_ros.consolidation.readings import display_scale, fmt_level, reading_key, reading_level, same_quantity
-from emem_ros.consolidation.state import read_body_scales
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.numbers import finite_or_none
 from emem_ros.core.types import NodeKind, SourceType, make_id
-from emem_ros.storage.sqlutil import chunked, marks
-from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import BodyCrossing, BodyReading, BodyStatusResult
 
 TREND_WINDOW = 600.0
@@ -55,7 +53,6 @@ SEED_ROWS = 8
 """Readings before a window looked at for the last one with a level."""
 
 _BODY = SourceType.INTEROCEPTION.value
-_ROW = "SELECT o.id, o.stamp, o.value, o.text_id FROM observations o"
 _LAYER = "o.layer = ? AND o.source_type = ?"
 
 
@@ -85,13 +82,11 @@ class LayerLevels:
         """The different quantities the texts' numbers measure, when they disagree (diagnostics)."""
 
     @classmethod
-    def of(cls, env: ToolEnv, layer: str) -> "LayerLevels":
-        conn = env.store.reader()
-        samples = conn.execute(
-            "SELECT t.text, o.value FROM observations o JOIN texts t ON t.id = o.text_id"
-            f" WHERE {_LAYER} ORDER BY o.stamp DESC LIMIT ?", (layer, _BODY, SCALE_SAMPLES)).fetchall()
+    def of(cls, env: ToolContext, layer: str) -> "LayerLevels":
+        rows = env.reads.body
+        samples = rows.samples(layer, SCALE_SAMPLES)
         if not samples:  # every text archived: archival remembered how the values read
-            stored = read_body_scales(conn).get(layer)
+            stored = rows.stored_scales().get(layer)
             if stored is not None:
                 return cls(layer, float(stored["scale"]), stored["unit"])
         return _levels_of_samples(layer, tuple(samples))
@@ -130,7 +125,7 @@ def _levels_of_samples(layer: str, samples: tuple[tuple[str, Optional[float]], .
 
 
 # ---------------------------------------------------------------------- the tool
-def body_status(env: ToolEnv, layers: Any = None, at_time: Any = None, below: Any = None, above: Any = None,
+def body_status(env: ToolContext, layers: Any = None, at_time: Any = None, below: Any = None, above: Any = None,
                 time_after: Any = None, time_before: Any = None, n_results: Any = None) -> BodyStatusResult:
     now = env.prepare()
     wanted = _layer_list(layers)
@@ -152,8 +147,7 @@ def body_status(env: ToolEnv, layers: Any = None, at_time: Any = None, below: An
                                 " swap them")
     count = min(env.count(n_results, default=DEFAULT_CROSSINGS), MAX_CROSSINGS)
 
-    # The catalog knows layers with hot readings; archival remembers layers whose readings all left.
-    known = sorted(set(env.catalog.body_layers) | set(read_body_scales(env.store.reader())))
+    known = env.reads.body.layers()
     notes: list[str] = []
     if wanted is None:
         chosen = known
@@ -224,7 +218,7 @@ def _threshold(value: Any, name: str) -> Optional[float]:
 
 
 
-def _window_words(env: ToolEnv, after: Optional[float], before: Optional[float]) -> str:
+def _window_words(env: ToolContext, after: Optional[float], before: Optional[float]) -> str:
     if after is not None and before is not None:
         return f" between {env.fmt(after)} and {env.fmt(before)}"
     if after is not None:
@@ -235,13 +229,8 @@ def _window_words(env: ToolEnv, after: Optional[float], before: Optional[float])
 
 
 # ---------------------------------------------------------------------- readings
-def _texts(env: ToolEnv, ids: Sequence[Optional[int]]) -> dict[int, str]:
-    wanted = sorted({i for i in ids if i is not None})
-    out: dict[int, str] = {}
-    conn = env.store.reader()
-    for chunk in chunked(wanted):
-        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))})", chunk))
-    return out
+def _texts(env: ToolContext, ids: Sequence[Optional[int]]) -> dict[int, str]:
+    return env.reads.body.texts([i for i in ids if i is not None])
 
 
 def _reading(row: _Row, layer: str, text: Optional[str], levels: LayerLevels,
@@ -252,12 +241,11 @@ def _reading(row: _Row, layer: str, text: Optional[str], levels: LayerLevels,
     return BodyReading(layer, text, row.value, row.stamp, make_id(NodeKind.OBSERVATION, row.id), trend)
 
 
-def _rows(env: ToolEnv, where: str, params: Sequence[Any], order: str, limit: int) -> list[_Row]:
-    return [_Row(*r) for r in env.store.reader().execute(
-        f"{_ROW} WHERE {where} ORDER BY {order} LIMIT ?", (*params, limit)).fetchall()]
+def _rows(env: ToolContext, where: str, params: Sequence[Any], order: str, limit: int) -> list[_Row]:
+    return [_Row(*r) for r in env.reads.body.rows(where, params, order, limit)]
 
 
-def _as_of(env: ToolEnv, layer: str, at: Optional[float]) -> tuple[Optional[BodyReading], Optional[str]]:
+def _as_of(env: ToolContext, layer: str, at: Optional[float]) -> tuple[Optional[BodyReading], Optional[str]]:
     """The last reading at or before ``at`` (None: the latest), with its trend; or a note why none."""
     if at is None:
         found = _rows(env, _LAYER, (layer, _BODY), "o.stamp DESC, o.id DESC", 1)
@@ -336,7 +324,7 @@ class _Search:
     """Stamp of the oldest row read, when the scan stopped at ``SCAN_LIMIT``."""
 
 
-def _crossings(env: ToolEnv, levels: LayerLevels, direction: str, threshold: float, after: Optional[float],
+def _crossings(env: ToolContext, levels: LayerLevels, direction: str, threshold: float, after: Optional[float],
                before: Optional[float], count: int, asked: bool) -> tuple[list[BodyCrossing], list[str]]:
     """The newest ``count`` crossings of one layer in the window, and notes on what was (not) found."""
     layer = levels.layer
@@ -415,7 +403,7 @@ def _window(layer: str, after: Optional[float], before: Optional[float],
     return " AND ".join(where), params
 
 
-def _seek_values(env: ToolEnv, levels: LayerLevels, direction: str, threshold: float, after: Optional[float],
+def _seek_values(env: ToolContext, levels: LayerLevels, direction: str, threshold: float, after: Optional[float],
                  before: Optional[float], count: int) -> _Search:
     """Crossings from the stored values, found by alternating index seeks inside SQLite.
 
@@ -432,15 +420,13 @@ def _seek_values(env: ToolEnv, levels: LayerLevels, direction: str, threshold: f
     past_sql, near_sql = (f"{level_sql} < ?", f"{level_sql} >= ?") if direction == "below" else \
         (f"{level_sql} > ?", f"{level_sql} <= ?")
     out = _Search()
-    conn = env.store.reader()
     index_only, index_params = _window(levels.layer, after, before, source=False)
-    floor_row = conn.execute(  # the index alone: the stamp SCAN_LIMIT rows back, if the window holds more
-        f"SELECT o.stamp FROM observations o WHERE {index_only} ORDER BY o.stamp DESC LIMIT 1 OFFSET ?",
-        [*index_params, SCAN_LIMIT]).fetchone()
-    if floor_row is not None:
+    # the index alone: the stamp SCAN_LIMIT rows back, if the window holds more
+    floor_stamp = env.reads.body.stamp_at(index_only, index_params, SCAN_LIMIT)
+    if floor_stamp is not None:
         base += " AND o.stamp > ?"
-        params = [*params, floor_row[0]]
-        out.back_to, out.rows_read = float(floor_row[0]), SCAN_LIMIT
+        params = [*params, floor_stamp]
+        out.back_to, out.rows_read = float(floor_stamp), SCAN_LIMIT
     newest = "o.stamp DESC, o.id DESC"
 
     def one(condition: str, values: list, order: str = newest) -> Optional[_Row]:
@@ -472,15 +458,13 @@ def _seek_values(env: ToolEnv, levels: LayerLevels, direction: str, threshold: f
         return out  # count reached
     out.reached_start = out.back_to is None
     if not out.saw_past:
-        best = "MIN" if direction == "below" else "MAX"
-        row = conn.execute(f"SELECT o.id, o.stamp, {best}(o.value), o.text_id FROM observations o WHERE {base}"
-                           " AND o.value IS NOT NULL", params).fetchone()
-        if row is not None and row[0] is not None:
+        row = env.reads.body.extreme(base, params, lowest=direction == "below")
+        if row is not None:
             out.extreme = level(_Row(*row))
     return out
 
 
-def _scan_texts(env: ToolEnv, levels: LayerLevels, past: Callable[[float], bool], direction: str,
+def _scan_texts(env: ToolContext, levels: LayerLevels, past: Callable[[float], bool], direction: str,
                 window: tuple[str, list], count: int, texts: dict[int, str]) -> _Search:
     """Crossings from the numbers in the texts: the layer's rows read newest first, in chunks, in Python."""
     base, params = window
@@ -519,7 +503,7 @@ def _scan_texts(env: ToolEnv, levels: LayerLevels, past: Callable[[float], bool]
     return out
 
 
-def _seed(env: ToolEnv, layer: str, after: float, levels: LayerLevels,
+def _seed(env: ToolContext, layer: str, after: float, levels: LayerLevels,
           texts: dict[int, str]) -> Optional[tuple[_Row, float]]:
     """The last reading with a level before the window: what the first reading in it is compared with."""
     rows = _rows(env, f"{_LAYER} AND o.stamp < ?", (layer, _BODY, after), "o.stamp DESC, o.id DESC", SEED_ROWS)

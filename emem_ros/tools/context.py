@@ -6,12 +6,10 @@ import math
 from typing import Any, Optional
 
 from emem_ros.core.types import Position
-from emem_ros.memfs.notes import pinned_near
 from emem_ros.tools.body import body_status
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
-from emem_ros.tools.knowledge import entities_near
-from emem_ros.tools.perception import area_gists, nearby_hits, timeline
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import ContextResult
 
 NEARBY = 10
@@ -20,27 +18,21 @@ POSE_FRESHNESS = 60.0
 """Seconds: a body reading's pose this much older than the newest observation is still 'now'."""
 
 
-def get_current_context(env: ToolEnv, radius: Any = 3.0, include_recent_minutes: Any = 5.0) -> ContextResult:
+def get_current_context(env: ToolContext, radius: Any = 3.0, include_recent_minutes: Any = 5.0) -> ContextResult:
     radius = env.positive(radius, "radius", 3.0)
     minutes = env.positive(include_recent_minutes, "include_recent_minutes", 5.0)
     now = env.prepare()
-    position, source = current_position(env)
+    position, source = env.reads.current_position()
     nearby, entities, gists = [], [], []
     if position is not None:
         around = Filters(center=position, radius=radius)
-        nearby = nearby_hits(env, around, NEARBY, gists=False)
-        entities = entities_near(env, position, radius, 5)
-        gists = area_gists(env, around, 3)
-    recent = timeline(env, Filters(after=now - minutes * 60.0, before=now), RECENT, gists=False)
+        nearby = env.reads.nearby_hits(around, NEARBY, gists=False)
+        entities = env.reads.entities_near(position, radius, 5)
+        gists = env.reads.area_gists(around, 3)
+    recent = env.reads.timeline(Filters(after=now - minutes * 60.0, before=now), RECENT, gists=False)
     body = body_status(env)
-    episode = env.engine.active_episode_id
-    if episode is not None:
-        try:
-            number = int(episode.split("-")[1])
-            episode = f"{episode} '{env.store.get_episode(number).name}'"
-        except Exception:  # the name is decoration; the id is what matters
-            pass
-    pinned = [str(n) for n in pinned_near(env.store, position, radius, [h.id for h in entities])]
+    episode = env.reads.active_episode()
+    pinned = env.reads.pinned(position, radius, [h.id for h in entities])
     return ContextResult(position, source, radius, minutes, nearby, entities, gists, recent, body, episode, now,
                          pinned)
 

@@ -17,6 +17,7 @@ from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters, area, episode_number
 from emem_ros.tools.obs_kinds import ObservationKinds
 from emem_ros.tools.ranking import GistRanker, TextRanker
+from emem_ros.tools.reads import ToolReads
 from emem_ros.tools.results import fmt_time
 from emem_ros.tools.vector_memo import TextVectors
 
@@ -24,8 +25,13 @@ MAX_RESULTS = 100
 
 
 class ToolEnv:
+    """A robot's memory behind the tool runners (``reads.ToolContext``); ``reads`` are its ``ToolReads``."""
+
     memfs: Optional[Callable[[], Any]] = None
     """The memory's MemFS (``emem_ros/memfs``), when the facade offers one: the fs_* tools, agent sessions."""
+    reads: ToolReads
+    """``sqlite_reads.SqliteReads`` of this env, set by its builder (that module imports the runners' modules)."""
+    store_name = "memory"
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -141,6 +147,9 @@ class ToolEnv:
 
     def query_vector(self, text: str) -> np.ndarray:
         return self.engine.embed_query(text)
+
+    def describe(self, f: Filters) -> str:
+        return "" if f.empty else f.describe(self.fmt)
 
     # ------------------------------------------------------------------ helpful notes
     def layer_notes(self, layer: Optional[str]) -> list[str]:

@@ -10,6 +10,7 @@ from emem_ros.core.types import Episode, parse_id
 from emem_ros.tools.aggregate import texts_of
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.ranking import gist_hit
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import EpisodeReport, EpisodeSummaryResult
 
 TOP_TEXTS = 5
@@ -17,28 +18,28 @@ GISTS_PER_EPISODE = 3
 MAX_EPISODES = 20
 
 
-def episode_summary(env: ToolEnv, episode_id: Any = None, task_name: Any = None,
+def episode_summary(env: ToolContext, episode_id: Any = None, task_name: Any = None,
                     last_n: Any = 1) -> EpisodeSummaryResult:
     now = env.prepare()
     notes: list[str] = []
     if episode_id not in (None, ""):
         number = env.episode(episode_id)
         assert number is not None  # an id was given: env.episode returns its number or raises
-        episodes = [env.store.get_episode(number)]
+        reports = env.reads.episode_reports(number, None, 1)
     else:
         n = min(env.count(last_n, "last_n", default=1), MAX_EPISODES)
         name = task_name.strip() if isinstance(task_name, str) and task_name.strip() else None
         if task_name is not None and not isinstance(task_name, str):
             raise InvalidInputError(f"task_name must be a string, got {task_name!r}")
-        episodes = env.store.list_episodes(name, n)
-        if not episodes and name:
-            latest = env.store.list_episodes(None, 5)
+        reports = env.reads.episode_reports(None, name, n)
+        if not reports and name:
+            latest = env.reads.recent_episodes(5)
             notes.append(f"no episode is named like '{name}'"
-                         + ("; recent ones: " + ", ".join(f"{e.id} '{e.name}'" for e in latest) if latest else ""))
-    return EpisodeSummaryResult([_report(env, e) for e in episodes], now, notes)
+                         + ("; recent ones: " + ", ".join(f"{i} '{e}'" for i, e in latest) if latest else ""))
+    return EpisodeSummaryResult(reports, now, notes)
 
 
-def _report(env: ToolEnv, episode: Episode) -> EpisodeReport:
+def report(env: ToolEnv, episode: Episode) -> EpisodeReport:
     number = parse_id(episode.id)[1]
     items = env.catalog.slice_items(episode=number)
     observations = sum(stats.count for _, stats in items)

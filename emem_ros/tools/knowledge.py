@@ -15,25 +15,26 @@ from emem_ros.storage.sqlutil import marks
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters, area
 from emem_ros.tools.ranking import fuse, gist_hit
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import Hit, SearchResult, quoted
 
 ENTITY_RADIUS = 5.0
 """Metres used when entity_query gets near_x/near_y without spatial_radius."""
 
 
-def search_gists(env: ToolEnv, query: Any, n_results: Any = 10, time_after: Any = None,
+def search_gists(env: ToolContext, query: Any, n_results: Any = 10, time_after: Any = None,
                  time_before: Any = None) -> SearchResult:
     query = env.text(query, "query")
     n = env.count(n_results)
     now = env.prepare()
     f = env.filters(time_after=time_after, time_before=time_before)
-    hits = gist_search(env, query, f, n, now)
+    hits = env.reads.gist_search(query, f, n, now)
     notes = []
     if not hits:
-        total = env.store.reader().execute("SELECT COUNT(*) FROM gists").fetchone()[0]
         notes.append("no summaries exist yet (consolidation has not run); use semantic_search"
-                     if total == 0 else "no summary passes the filters or resembles the query")
-    summary = quoted(query) + (f" ({f.describe(env.fmt)})" if not f.empty else "")
+                     if env.reads.gist_count() == 0 else "no summary passes the filters or resembles the query")
+    words = env.describe(f)
+    summary = quoted(query) + (f" ({words})" if words else "")
     return SearchResult("search_gists", summary, hits, now, notes, empty="No summary matches")
 
 
@@ -44,7 +45,7 @@ def gist_search(env: ToolEnv, query: str, f: Filters, n: int, now: float) -> lis
     return [gist_hit(c.gist, score=round(c.score, 4), similarity=c.similarity) for c in fused if c.gist]
 
 
-def entity_query(env: ToolEnv, name: Any = None, entity_type: Any = None, near_x: Any = None, near_y: Any = None,
+def entity_query(env: ToolContext, name: Any = None, entity_type: Any = None, near_x: Any = None, near_y: Any = None,
                  spatial_radius: Any = None, last_seen_after: Any = None, n_results: Any = 10) -> SearchResult:
     n = env.count(n_results)
     now = env.prepare()
@@ -54,13 +55,14 @@ def entity_query(env: ToolEnv, name: Any = None, entity_type: Any = None, near_x
         entity_type = str(entity_type)
     center, radius = area(near_x, near_y, spatial_radius, default_radius=ENTITY_RADIUS)
     after = env.time("last_seen_after", last_seen_after)
-    hits = entities_near(env, center, radius, n, name=name or None, entity_type=entity_type or None, after=after)
-    words = entity_filter_words(name, entity_type, center, radius, after, env.fmt)
+    hits = env.reads.entities_near(center, radius, n, name=name or None, entity_type=entity_type or None,
+                                   after=after)
+    scope = env.describe(Filters())  # what the store narrows on its own (over the fleet: the robots asked)
+    words = ([scope] if scope else []) + entity_filter_words(name, entity_type, center, radius, after, env.fmt)
     notes = []
     if not hits:
-        total = env.store.reader().execute("SELECT COUNT(*) FROM entities").fetchone()[0]
         notes.append("no entities are tracked yet (consolidation creates them); try semantic_search or locate"
-                     if total == 0 else "try a broader name, no type, or a larger radius")
+                     if env.reads.entity_count() == 0 else "try a broader name, no type, or a larger radius")
     return SearchResult("entity_query", "entities " + (", ".join(words) if words else "(all)"), hits, now, notes,
                         empty="No entities")
 

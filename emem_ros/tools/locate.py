@@ -37,17 +37,15 @@ import numpy as np
 from emem_ros.core.types import NodeKind, make_id, rounded
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE
-from emem_ros.memfs.notes import pinned_near
 from emem_ros.storage.sqlutil import marks
 from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
-from emem_ros.tools.knowledge import entities_near, gist_search
-from emem_ros.tools.perception import area_gists, nearby_hits
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.ray_layers import layer_has_rays
 from emem_ros.tools.ray_reads import read_place_rays, read_rays
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import Hit, LocateResult, PlaceCluster, RecallResult
 from emem_ros.tools.window_places import places_in_window
 
@@ -70,14 +68,14 @@ class _Located:
     agg: Aggregator
 
 
-def locate(env: ToolEnv, concept: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
+def locate(env: ToolContext, concept: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
            time_before: Any = None) -> LocateResult:
     concept = env.text(concept, "concept")
     n = env.count(n_results)
     now = env.prepare()
     f = env.filters(layer, time_after, time_before)
-    located = _locate(env, concept, f, n, now)
-    if not located.ranked:
+    located = env.reads.locate(concept, f, n, now)
+    if not located.matched:
         located.result.notes += env.empty_notes(f)
     return located.result
 
@@ -348,30 +346,30 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
     return hits[:5]
 
 
-def recall(env: ToolEnv, query: Any, n_results: Any = 10, radius_multiplier: Any = 1.5) -> RecallResult:
+def recall(env: ToolContext, query: Any, n_results: Any = 10, radius_multiplier: Any = 1.5) -> RecallResult:
     """Locate the concept, then gather what is around it: observations, summaries, entities."""
     query = env.text(query, "query")
     n = env.count(n_results)
     multiplier = env.positive(radius_multiplier, "radius_multiplier", 1.5)
     now = env.prepare()
-    located = _locate(env, query, Filters(), n, now, hits=False)
-    matches = text_hits(env.store, located.agg, located.ranked[: min(n, 5)])
+    located = env.reads.locate(query, Filters(), n, now, evidence=False)
+    matches = located.matches(min(n, 5))
     where = located.result
     if where.position is None or where.radius is None:
-        gists = gist_search(env, query, Filters(), 3, now)
-        entities = entities_near(env, None, None, 3, name=query)
-        pinned = [str(p) for p in pinned_near(env.store, None, 0.0, [h.id for h in entities])]
-        notes = [] if (matches or gists or entities or pinned) else ["nothing in memory resembles this query"]
+        gists = env.reads.gist_search(query, Filters(), 3, now)
+        entities = env.reads.entities_near(None, None, 3, name=query)
+        pinned = env.reads.pinned(None, 0.0, [h.id for h in entities])
+        notes = [] if (matches or gists or entities or pinned) else [f"nothing in {env.store_name} resembles this query"]
         return RecallResult(query, None, None, matches, [], gists, entities, now, notes, pinned)
     radius = round(max(where.radius * multiplier, 2.0), 2)
     around = Filters(center=where.position, radius=radius)
-    nearby = nearby_hits(env, around, n, gists=False)
-    gists = area_gists(env, around, 3)
-    entities = entities_near(env, where.position, radius, min(n, 5))
+    nearby = env.reads.nearby_hits(around, n, gists=False)
+    gists = env.reads.area_gists(around, 3)
+    entities = env.reads.entities_near(where.position, radius, min(n, 5))
     notes = []
     if where.elsewhere:
         places = "; ".join(f"({p.position[0]:.1f}, {p.position[1]:.1f}) \"{p.label}\"" for p in where.elsewhere)
         notes.append(f"also seen elsewhere (use locate for details): {places}")
-    pinned = [str(p) for p in pinned_near(env.store, where.position, radius, [h.id for h in entities])]
+    pinned = env.reads.pinned(where.position, radius, [h.id for h in entities])
     return RecallResult(query, where.position, radius, matches, nearby, gists, entities, now, notes, pinned)
 

@@ -21,6 +21,7 @@ from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.filters import area as make_area
 from emem_ros.tools.ranking import fuse, gist_hit, text_hits_by_key
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import Hit, SearchResult, quoted
 
 _BODY = SourceType.INTEROCEPTION.value
@@ -37,15 +38,16 @@ SEEK_TEXTS = 256
 
 
 # ---------------------------------------------------------------------- semantic search
-def semantic_search(env: ToolEnv, query: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
+def semantic_search(env: ToolContext, query: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
                     time_before: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
                     episode_id: Any = None) -> SearchResult:
     query = env.text(query, "query")
     n = env.count(n_results)
     now = env.prepare()
     f = env.filters(layer, time_after, time_before, near_x, near_y, spatial_radius, episode_id)
-    hits = ranked_hits(env, query, f, n, now)
-    summary = quoted(query) + (f" ({f.describe(env.fmt)})" if not f.empty else "")
+    hits = env.reads.ranked_hits(query, f, n, now)
+    words = env.describe(f)
+    summary = quoted(query) + (f" ({words})" if words else "")
     return SearchResult("semantic_search", summary, hits, now, [] if hits else env.empty_notes(f),
                         empty="Nothing remembered matches")
 
@@ -72,7 +74,7 @@ def ranked_hits(env: ToolEnv, query: str, f: Filters, n: int, now: float, gists:
 
 
 # ---------------------------------------------------------------------- spatial query
-def spatial_query(env: ToolEnv, x: Any, y: Any, z: Any = 0.0, radius: Any = 2.0, layer: Any = None,
+def spatial_query(env: ToolContext, x: Any, y: Any, z: Any = 0.0, radius: Any = 2.0, layer: Any = None,
                   time_after: Any = None, time_before: Any = None, n_results: Any = 10) -> SearchResult:
     n = env.count(n_results)
     radius = env.positive(radius, "radius", 2.0)
@@ -81,11 +83,11 @@ def spatial_query(env: ToolEnv, x: Any, y: Any, z: Any = 0.0, radius: Any = 2.0,
     now = env.prepare()
     f = env.filters(layer, time_after, time_before)
     f = Filters(layer=f.layer, after=f.after, before=f.before, center=center, radius=radius)
-    hits = nearby_hits(env, f, n, three_d=abs(center[2]) > 1e-9)
+    hits = env.reads.nearby_hits(f, n, three_d=abs(center[2]) > 1e-9)
     summary = f"within {radius:g} m of ({center[0]:.1f}, {center[1]:.1f})"
-    rest = Filters(layer=f.layer, after=f.after, before=f.before)
-    if not rest.empty:
-        summary += f" ({rest.describe(env.fmt)})"
+    words = env.describe(Filters(layer=f.layer, after=f.after, before=f.before))
+    if words:
+        summary += f" ({words})"
     return SearchResult("spatial_query", summary, hits, now,
                         [] if hits else env.layer_notes(f.layer), empty="Nothing remembered")
 
@@ -350,7 +352,7 @@ def area_gists(env: ToolEnv, f: Filters, n: int) -> list[Hit]:
 
 
 # ---------------------------------------------------------------------- temporal query
-def temporal_query(env: ToolEnv, time_after: Any = None, time_before: Any = None, last_n_minutes: Any = None,
+def temporal_query(env: ToolContext, time_after: Any = None, time_before: Any = None, last_n_minutes: Any = None,
                    layer: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
                    order: Any = "newest", n_results: Any = 10) -> SearchResult:
     n = env.count(n_results)
@@ -362,8 +364,8 @@ def temporal_query(env: ToolEnv, time_after: Any = None, time_before: Any = None
         start = now - minutes * 60.0
         f = Filters(layer=f.layer, after=max(start, f.lo), before=f.before if f.before is not None else now,
                     center=f.center, radius=f.radius)
-    hits = timeline(env, f, n, order)
-    summary = f.describe(env.fmt) or "all time"
+    hits = env.reads.timeline(f, n, order)
+    summary = env.describe(f) or "all time"
     summary = f"{summary}, {order} first"
     return SearchResult("temporal_query", summary, hits, now, [] if hits else env.empty_notes(f),
                         empty="Nothing observed")
