@@ -71,8 +71,7 @@ def _fleet(url: str, clock) -> FleetMemory:
 def test_the_fleet_tools_are_the_robot_tools_with_a_robots_filter():
     fleet = {td.name: td for td in fleet_tooldefs()}
     robot = {td.name: td for td in TOOLS}
-    assert set(fleet) == {"semantic_search", "spatial_query", "temporal_query", "search_gists", "entity_query",
-                          "locate", "recall", "episode_summary"}
+    assert set(fleet) == set(robot)  # all ten
     for name, td in fleet.items():
         assert set(td.properties) == set(robot[name].properties) | {"robots"}
         assert list(td.signature.parameters) == list(td.properties)  # the JSON schema is run's keywords
@@ -292,3 +291,55 @@ def test_a_fleet_memory_outlives_an_outage(tmp_path, clock, own_postgres):
         own_postgres.start()
         assert "[robot1/objects3d]" in fleet.locate("blue forklift")  # the reader reconnects
     memory.close()
+
+
+def test_body_status_over_the_fleet_is_each_robots_own(fleet3, clock):
+    """Readings and battery crossings from the synced interoception rows equal each robot's own answer."""
+    url, memories = fleet3
+    levels = {}
+    for robot, memory in memories.items():
+        values = [v for (v,) in memory.store.reader().execute(
+            "SELECT value FROM observations WHERE layer = 'battery' AND value IS NOT NULL")]
+        assert len(values) > 10
+        levels[robot] = 100.0 * sorted(values)[len(values) // 2]  # the median: crossed both ways
+    with _fleet(url, clock) as fleet:
+        for robot, memory in memories.items():
+            own = memory.tools.body_status(["battery"], below=levels[robot], n_results=5)
+            assert own.crossings
+            answer = fleet.call("body_status", layers=["battery"], below=levels[robot], n_results=5,
+                                robots=[robot])
+            assert [name for name, _ in answer.answers] == [robot]
+            over = answer[robot]
+            assert [(c.before.stamp, c.after.stamp) for c in over.crossings] == \
+                [(c.before.stamp, c.after.stamp) for c in own.crossings]
+            assert [c.after.text for c in over.crossings] == [c.after.text for c in own.crossings]
+            latest, own_latest = fleet.call("body_status", robots=[robot])[robot], memory.tools.body_status()
+            assert [(r.layer, r.text, r.stamp, r.trend) for r in latest.readings] == \
+                [(r.layer, r.text, r.stamp, r.trend) for r in own_latest.readings]
+        every = fleet.call("body_status", layers=["battery"])
+        assert [name for name, _ in every.answers] == sorted(memories)
+        text = str(every)
+        assert text.startswith("[robot1]\nBody status:") and "[robot3]\nBody status:" in text
+        answer = fleet.dispatch_tool_call("body_status", {"robots": ["robot9"]})
+        assert answer.startswith("Error:") and "robot9" in answer
+
+
+def test_current_context_over_the_fleet_names_each_robots_place(fleet3, clock):
+    """A robot's latest synced pose, moved into the fleet frame, and what is around it (its sightings only)."""
+    url, memories = fleet3
+    with _fleet(url, clock) as fleet:
+        for robot, memory in memories.items():
+            own = memory.tools.get_current_context(radius=3.0, include_recent_minutes=60.0)
+            context = fleet.call("get_current_context", radius=3.0, include_recent_minutes=60.0,
+                                 robots=[robot])[robot]
+            assert own.position is not None and context.position is not None
+            expected = FRAMES[robot].apply(own.position[0], own.position[1])
+            assert math.dist(context.position[:2], expected) < 1e-6, (robot, context.position, expected)
+            assert robot in context.position_source
+            assert context.nearby and {h.robot for h in context.nearby} == {robot}
+            assert {h.text for h in context.nearby} == {h.text for h in own.nearby}
+            assert context.recent and {h.robot for h in context.recent} == {robot}
+            assert context.body is not None and [r.text for r in context.body.readings] == \
+                [r.text for r in own.body.readings]
+        every = fleet.get_current_context()
+        assert all(f"[{robot}]\nNow:" in every for robot in memories)

@@ -23,26 +23,29 @@ What differs from one robot's answer, and why:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import inspect
 import math
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import InvalidInputError, TimeExpressionError
 from emem_ros.core.timeexpr import parse_time
-from emem_ros.core.types import NodeKind, make_id, rounded
+from emem_ros.core.types import NodeKind, Position, make_id, rounded
+from emem_ros.fleet import one_robot
 from emem_ros.fleet.reader import FleetReader, GistRow, Places, Scope, TextHit
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE
 from emem_ros.geometry.uncertainty import COVERAGE
 from emem_ros.tools import placement as placing
 from emem_ros.tools.env import ToolEnv
+from emem_ros.tools.filters import Filters, episode_number
 from emem_ros.tools.filters import area as make_area
-from emem_ros.tools.filters import episode_number
 from emem_ros.tools.hybrid import MAX_FUSED, query_tokens, recency_factor, rrf
 from emem_ros.tools.results import (
     EpisodeReport,
@@ -80,7 +83,14 @@ VECTOR_MEMO = 256
 
 
 class FleetEnv:
-    """What every fleet tool needs: the reader, the embedder, the clock, argument checks."""
+    """What every fleet tool needs: the reader, the embedder, the clock, argument checks.
+
+    It is the tool runners' ``ToolContext`` over the fleet: ``scoped(robots)``
+    gives the env of one call's ``robots`` filter, whose ``reads``
+    (``FleetReads``) keep to those robots.
+    """
+
+    store_name = "the fleet store"
 
     def __init__(self, reader: FleetReader, embed: Callable[[list[str]], np.ndarray],
                  config: Optional[MemoryConfig] = None, clock: Optional[Callable[[], float]] = None) -> None:
@@ -90,6 +100,19 @@ class FleetEnv:
         self._clock = clock
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pinned = threading.local()
+        self.chosen: Optional[tuple[str, ...]] = None
+        """The robots this env's reads keep to (None: the whole fleet)."""
+        self.reads = FleetReads(self)
+
+    def scoped(self, robots: Optional[tuple[str, ...]]) -> "FleetEnv":
+        """This env keeping to ``robots`` (already checked by ``robots()``); clock, memo and reader shared."""
+        view = copy.copy(self)
+        view.chosen = robots
+        view.reads = FleetReads(view)
+        return view
+
+    def prepare(self) -> float:
+        return self.now()  # robots flush before they sync: what the store holds is all there is
 
     count = staticmethod(ToolEnv.count)
     positive = staticmethod(ToolEnv.positive)
@@ -131,6 +154,50 @@ class FleetEnv:
                 self._vectors.popitem(last=False)
         return cached
 
+    def filters(self, layer: Any = None, time_after: Any = None, time_before: Any = None, near_x: Any = None,
+                near_y: Any = None, spatial_radius: Any = None, episode_id: Any = None) -> Filters:
+        after, before = self.time("time_after", time_after), self.time("time_before", time_before)
+        if after is not None and before is not None and after > before:
+            raise InvalidInputError(f"time_after ({self.fmt(after)}) is later than time_before "
+                                    f"({self.fmt(before)}); swap them")
+        center, radius = make_area(near_x, near_y, spatial_radius)
+        return Filters(layer=self.layer(layer), after=after, before=before, center=center, radius=radius,
+                       episode=self.episode(episode_id))
+
+    def episode(self, value: Any) -> Optional[int]:
+        """An episode number of the one robot asked about (episode ids are per robot)."""
+        if value is None or value == "":
+            return None
+        chosen = self.chosen
+        if not chosen or len(chosen) != 1:
+            raise InvalidInputError("episode ids are per robot: give robots=['<robot id>'] (one robot) "
+                                    "with episode_id")
+        number = episode_number(value)
+        if not self.reader.episodes(chosen, 1, number=number):
+            latest = self.reader.episodes(chosen, 3)
+            raise InvalidInputError(f"no episode ep-{number} of {chosen[0]} in the fleet store"
+                                    + ("; its latest are " + ", ".join(f"ep-{r[1]} ({r[2]})" for r in latest)
+                                       if latest else "; it recorded no episode yet"))
+        return number
+
+    def scope_of(self, f: Filters, three_d: bool = False) -> Scope:
+        """One call's filters and robots, as the reader takes them."""
+        return Scope(robots=self.chosen, layer=f.layer, after=f.after, before=f.before, center=f.center,
+                     radius=f.radius, three_d=three_d, episode=f.episode)
+
+    def describe(self, f: Filters) -> str:
+        return self.describe_scope(self.scope_of(f))
+
+    def layer_notes(self, layer: Optional[str]) -> list[str]:
+        """Why a layer filter matched nothing (or that nothing was synced yet)."""
+        if layer:
+            notes = self.empty_notes_of(Scope(robots=self.chosen, layer=layer))
+            return notes if notes and notes[0].startswith("there is no layer") else []
+        return self.empty_notes_of(Scope())
+
+    def empty_notes(self, f: Filters) -> list[str]:
+        return self.empty_notes_of(self.scope_of(f))
+
     def robots(self, value: Any) -> Optional[tuple[str, ...]]:
         """The ``robots`` argument: None (whole fleet), a name, or a list of names known to the store."""
         if value is None or value == "" or value == []:
@@ -157,7 +224,7 @@ class FleetEnv:
         return Scope(robots=chosen, layer=self.layer(layer), after=after, before=before, center=center,
                      radius=radius, episode=episode)
 
-    def describe(self, scope: Scope) -> str:
+    def describe_scope(self, scope: Scope) -> str:
         words = []
         if scope.robots:
             words.append("by " + ", ".join(scope.robots))
@@ -173,7 +240,7 @@ class FleetEnv:
             words.append(f"episode ep-{scope.episode}")
         return ", ".join(words)
 
-    def empty_notes(self, scope: Scope) -> list[str]:
+    def empty_notes_of(self, scope: Scope) -> list[str]:
         if scope.layer:
             known = self.reader.layers(scope.robots)
             if scope.layer not in known:
@@ -181,7 +248,7 @@ class FleetEnv:
                 return [f"there is no layer '{scope.layer}'" + (" for these robots" if scope.robots else "")
                         + f"; layers in the fleet store: {listing}"]
         if not scope.empty:
-            return [f"nothing passes the filters ({self.describe(scope)}); try fewer filters"]
+            return [f"nothing passes the filters ({self.describe_scope(scope)}); try fewer filters"]
         if not self.reader.robots():
             return ["no robot has synced into this fleet store yet (emem sync DB --to URL --robot-id R)"]
         return []
@@ -303,8 +370,8 @@ def semantic_search(env: FleetEnv, query: Any, n_results: Any = 10, layer: Any =
     now = env.now()
     scope = env.scope(robots, layer, time_after, time_before, near_x, near_y, spatial_radius, episode_id)
     hits = ranked_hits(env, query, scope, n, now)
-    summary = quoted(query) + (f" ({env.describe(scope)})" if not scope.empty else "")
-    return SearchResult("semantic_search", summary, hits, now, [] if hits else env.empty_notes(scope),
+    summary = quoted(query) + (f" ({env.describe_scope(scope)})" if not scope.empty else "")
+    return SearchResult("semantic_search", summary, hits, now, [] if hits else env.empty_notes_of(scope),
                         empty="Nothing remembered matches")
 
 
@@ -333,8 +400,8 @@ def spatial_query(env: FleetEnv, x: Any, y: Any, z: Any = 0.0, radius: Any = 2.0
     hits = nearby_hits(env, scope, n)
     summary = f"within {radius:g} m of ({center[0]:.1f}, {center[1]:.1f})"
     if not rest.empty:
-        summary += f" ({env.describe(rest)})"
-    return SearchResult("spatial_query", summary, hits, now, [] if hits else env.empty_notes(rest),
+        summary += f" ({env.describe_scope(rest)})"
+    return SearchResult("spatial_query", summary, hits, now, [] if hits else env.empty_notes_of(rest),
                         empty="Nothing remembered")
 
 
@@ -354,8 +421,8 @@ def temporal_query(env: FleetEnv, time_after: Any = None, time_before: Any = Non
         scope = dataclasses.replace(scope, after=max(start, scope.after if scope.after is not None else -math.inf),
                                     before=scope.before if scope.before is not None else now)
     hits = timeline(env, scope, n, order)
-    summary = f"{env.describe(scope) or 'all time'}, {order} first"
-    return SearchResult("temporal_query", summary, hits, now, [] if hits else env.empty_notes(scope),
+    summary = f"{env.describe_scope(scope) or 'all time'}, {order} first"
+    return SearchResult("temporal_query", summary, hits, now, [] if hits else env.empty_notes_of(scope),
                         empty="Nothing observed")
 
 
@@ -400,7 +467,7 @@ def search_gists(env: FleetEnv, query: Any, n_results: Any = 10, time_after: Any
     if not hits:
         notes.append("no summaries exist yet (consolidation has not run); use semantic_search"
                      if env.reader.gist_count() == 0 else "no summary passes the filters or resembles the query")
-    summary = quoted(query) + (f" ({env.describe(scope)})" if not scope.empty else "")
+    summary = quoted(query) + (f" ({env.describe_scope(scope)})" if not scope.empty else "")
     return SearchResult("search_gists", summary, hits, now, notes, empty="No summary matches")
 
 
@@ -622,7 +689,7 @@ def locate(env: FleetEnv, concept: Any, n_results: Any = 10, layer: Any = None, 
     scope = env.scope(robots, layer, time_after, time_before)
     located = _locate(env, concept, scope, n, now)
     if not located.ranked:
-        located.result.notes += env.empty_notes(scope)
+        located.result.notes += env.empty_notes_of(scope)
     return located.result
 
 
@@ -696,16 +763,173 @@ def episode_summary(env: FleetEnv, episode_id: Any = None, task_name: Any = None
     return EpisodeSummaryResult(reports, now, notes)
 
 
+# ---------------------------------------------------------------------- the reads of the shared runners
+class FleetLocated:
+    """``_locate``'s answer; its matches are the concept's best texts, one hit per robot that saw them."""
+
+    def __init__(self, env: FleetEnv, located: _Located, concept: str, scope: Scope, now: float) -> None:
+        self._env, self._concept, self._scope, self._now = env, concept, scope, now
+        self.result = located.result
+        self.matched = bool(located.ranked)
+
+    def matches(self, n: int) -> list[Hit]:
+        return ranked_hits(self._env, self._concept, self._scope, n, self._now, gists=False)
+
+
+class FleetReads:
+    """The tool runners' reads (``tools.reads.ToolReads``) over the fleet store, for ``env.chosen`` robots."""
+
+    def __init__(self, env: FleetEnv) -> None:
+        self._env = env
+
+    def _robot(self) -> str:
+        chosen = self._env.chosen
+        if not chosen or len(chosen) != 1:
+            raise InvalidInputError("this question is about one robot: give robots=['<robot id>']")
+        return chosen[0]
+
+    # perception
+    def ranked_hits(self, query: str, f: Filters, n: int, now: float, gists: bool = True) -> list[Hit]:
+        return ranked_hits(self._env, query, self._env.scope_of(f), n, now, gists)
+
+    def nearby_hits(self, f: Filters, n: int, three_d: bool = False, gists: bool = True) -> list[Hit]:
+        return nearby_hits(self._env, self._env.scope_of(f, three_d), n, gists)
+
+    def area_gists(self, f: Filters, n: int) -> list[Hit]:
+        scope = self._env.scope_of(f)
+        return [_gist_hit(g, center=scope.center) for g in self._env.reader.gists_by_time(scope, n)]
+
+    def timeline(self, f: Filters, n: int, order: str = "newest", gists: bool = True) -> list[Hit]:
+        return timeline(self._env, self._env.scope_of(f), n, order, gists)
+
+    # knowledge
+    def gist_search(self, query: str, f: Filters, n: int, now: float) -> list[Hit]:
+        return gist_search(self._env, self._env.scope_of(f), query, n, now)
+
+    def gist_count(self) -> int:
+        return self._env.reader.gist_count()
+
+    def entities_near(self, center: Optional[Position], radius: Optional[float], n: int, name: Optional[str] = None,
+                      entity_type: Optional[str] = None, after: Optional[float] = None) -> list[Hit]:
+        return entities_near(self._env, self._env.chosen, center, radius, n, name, entity_type, after)
+
+    def entity_count(self) -> int:
+        return self._env.reader.entity_count()
+
+    # episodes
+    def episode_reports(self, number: Optional[int], name: Optional[str], n: int) -> list[EpisodeReport]:
+        return episode_reports(self._env, self._env.chosen, number, name, n)
+
+    def recent_episodes(self, n: int) -> list[tuple[str, str]]:
+        return [(f"{r[0]}/ep-{r[1]}", r[2]) for r in self._env.reader.episodes(self._env.chosen, n)]
+
+    # places
+    def locate(self, concept: str, f: Filters, n: int, now: float, evidence: bool = True) -> FleetLocated:
+        scope = self._env.scope_of(f)
+        return FleetLocated(self._env, _locate(self._env, concept, scope, n, now, hits=evidence), concept, scope,
+                            now)
+
+    def pinned(self, position: Optional[Position], radius: float, entity_ids: Sequence[str]) -> list[str]:
+        return []  # planner notes (MemFS) stay on the robot
+
+    # the robot itself
+    def current_position(self) -> tuple[Optional[Position], str]:
+        return one_robot.current_position(self._env.reader, self._robot())
+
+    def active_episode(self) -> Optional[str]:
+        return one_robot.active_episode(self._env.reader, self._robot())
+
+    @property
+    def body(self) -> one_robot.BodyRows:
+        return one_robot.BodyRows(self._env.reader, self._robot())
+
+
+def episode_reports(env: FleetEnv, robots: Optional[tuple[str, ...]], number: Optional[int], name: Optional[str],
+                    n: int) -> list[EpisodeReport]:
+    """Episodes of the robots, newest first (ids are per robot: ``robot2/ep-3``)."""
+    from emem_ros.tools.episodes import GISTS_PER_EPISODE, TOP_TEXTS
+
+    rows = env.reader.episodes(robots, 1 if number is not None else n, number=number, name=name)
+    reports = []
+    for robot, num, title, status, start, end, parent, summary, goal, result, reflection, success in rows:
+        count, most, gists, subtasks = env.reader.episode_contents(robot, int(num), TOP_TEXTS, GISTS_PER_EPISODE)
+        reports.append(EpisodeReport(
+            id=f"{robot}/ep-{num}", name=title, status=status, start=float(start),
+            end=float(end) if end is not None else None,
+            parent_id=f"{robot}/ep-{parent}" if parent is not None else None, summary=summary or "", goal=goal,
+            result=result, reflection=reflection, success=None if success is None else bool(success),
+            observations=count, top_texts=most, gists=[_gist_hit(g) for g in gists],
+            subtasks=[f"{robot}/ep-{i} '{n_}'" for i, n_ in subtasks]))
+    return reports
+
+
+# ---------------------------------------------------------------------- binding the shared runners
+@dataclasses.dataclass
+class PerRobot:
+    """A question about one robot itself (its context, its body), answered for each robot asked, in turn."""
+
+    tool: str
+    answers: list[tuple[str, Any]]
+    """(robot id, that robot's answer: the robot's own result type)."""
+
+    def __getitem__(self, robot: str) -> Any:
+        for name, answer in self.answers:
+            if name == robot:
+                return answer
+        raise KeyError(robot)
+
+    def __str__(self) -> str:
+        if not self.answers:
+            return "No robot has synced into this fleet store yet (emem sync DB --to URL --robot-id R)."
+        return "\n\n".join(f"[{robot}]\n{answer}" for robot, answer in self.answers)
+
+
+def bind(runner: Callable[..., Any], per_robot: bool = False) -> Callable[..., Any]:
+    """``runner`` (the robot's own tool code) over the fleet, with one more argument: ``robots``.
+
+    ``per_robot``: the tool describes one robot (get_current_context,
+    body_status): it runs once per robot asked (all, without ``robots``)
+    and answers ``PerRobot``.
+    """
+    signature = inspect.signature(runner)
+    robots_param = inspect.Parameter("robots", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+    full = signature.replace(parameters=[*signature.parameters.values(), robots_param])
+
+    def run(env: FleetEnv, *args: Any, **kwargs: Any) -> Any:
+        arguments = full.bind(env, *args, **kwargs).arguments
+        chosen = env.robots(arguments.pop("robots", None))
+        del arguments[next(iter(signature.parameters))]
+        if not per_robot:
+            return runner(env.scoped(chosen), **arguments)
+        targets = chosen or tuple(env.reader.robots())
+        return PerRobot(runner.__name__, [(robot, runner(env.scoped((robot,)), **arguments)) for robot in targets])
+
+    run.__name__ = run.__qualname__ = runner.__name__
+    run.__doc__ = runner.__doc__
+    run.__signature__ = full  # type: ignore[attr-defined]
+    run.runner = runner  # type: ignore[attr-defined]
+    return run
+
+
 # ---------------------------------------------------------------------- declarations
 ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omit for the whole fleet.",
             items={"type": "string"})
+PER_ROBOT = frozenset({"get_current_context", "body_status"})
+"""Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
+SHARED = frozenset({"get_current_context", "body_status"})
+"""Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
 RUNS: dict[str, Callable[..., Any]] = {
     "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query,
     "search_gists": search_gists, "entity_query": entity_query, "locate": locate, "recall": recall,
     "episode_summary": episode_summary,
 }
-"""The tools answered over the fleet. Not here: get_current_context and body_status (one robot's
-pose and body, live: ask that robot's own memory)."""
+"""The fleet's own runners of the tools not yet in ``SHARED``."""
+
+
+def _run(td: ToolDef) -> Callable[..., Any]:
+    return bind(td.run, td.name in PER_ROBOT) if td.name in SHARED else RUNS[td.name]
+PER_ROBOT_NOTE = (" Over the fleet: answered for each robot in robots (all robots when omitted), from what it "
+                  "synced; positions are in the fleet frame.")
 FLEET_NOTE = (" Over the fleet: answers come from every robot (each hit names the robot that saw it, "
               "e.g. [robot2/detections]); positions are in the fleet frame; narrow with robots.")
 
@@ -723,6 +947,7 @@ def _fleet_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
 
 def fleet_tooldefs() -> tuple[ToolDef, ...]:
     """The robot's tool declarations with ``run`` reading the fleet store and a ``robots`` argument."""
-    return tuple(dataclasses.replace(td, run=RUNS[td.name], parameters=_fleet_parameters(td.parameters),
-                                     description=td.description + FLEET_NOTE, cache=None, srv=None)
-                 for td in TOOLS if td.name in RUNS)
+    return tuple(dataclasses.replace(td, run=_run(td), parameters=_fleet_parameters(td.parameters),
+                                     description=td.description + (PER_ROBOT_NOTE if td.name in PER_ROBOT
+                                                                    else FLEET_NOTE), cache=None, srv=None)
+                 for td in TOOLS)
