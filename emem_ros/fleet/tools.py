@@ -456,21 +456,6 @@ def timeline(env: FleetEnv, scope: Scope, n: int, order: str = "newest", gists: 
 
 
 # ---------------------------------------------------------------------- gists and entities
-def search_gists(env: FleetEnv, query: Any, n_results: Any = 10, time_after: Any = None, time_before: Any = None,
-                 robots: Any = None) -> SearchResult:
-    query = env.text(query, "query")
-    n = env.count(n_results)
-    now = env.now()
-    scope = env.scope(robots, time_after=time_after, time_before=time_before)
-    hits = gist_search(env, scope, query, n, now)
-    notes = []
-    if not hits:
-        notes.append("no summaries exist yet (consolidation has not run); use semantic_search"
-                     if env.reader.gist_count() == 0 else "no summary passes the filters or resembles the query")
-    summary = quoted(query) + (f" ({env.describe_scope(scope)})" if not scope.empty else "")
-    return SearchResult("search_gists", summary, hits, now, notes, empty="No summary matches")
-
-
 def gist_search(env: FleetEnv, scope: Scope, query: str, n: int, now: float) -> list[Hit]:
     ranked, found = _rank(env, query, scope, max(2 * n, 10), texts=False)
     scored = [(score * _recency(env, found[key[1]].time_end, now), found[key[1]]) for key, score, _ in ranked]
@@ -916,11 +901,10 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"get_current_context", "body_status"})
+SHARED = frozenset({"search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
 RUNS: dict[str, Callable[..., Any]] = {
-    "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query,
-    "search_gists": search_gists, "entity_query": entity_query, "locate": locate, "recall": recall,
+    "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query, "entity_query": entity_query, "locate": locate, "recall": recall,
     "episode_summary": episode_summary,
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
