@@ -463,29 +463,6 @@ def gist_search(env: FleetEnv, scope: Scope, query: str, n: int, now: float) -> 
     return [_gist_hit(g, round(s, 4)) for s, g in scored[:n]]
 
 
-def entity_query(env: FleetEnv, name: Any = None, entity_type: Any = None, near_x: Any = None, near_y: Any = None,
-                 spatial_radius: Any = None, last_seen_after: Any = None, n_results: Any = 10,
-                 robots: Any = None) -> SearchResult:
-    from emem_ros.tools.knowledge import ENTITY_RADIUS, entity_filter_words
-
-    n = env.count(n_results)
-    now = env.now()
-    chosen = env.robots(robots)
-    name = str(name) if name is not None and not isinstance(name, str) else name
-    entity_type = str(entity_type) if entity_type is not None and not isinstance(entity_type, str) else entity_type
-    center, radius = make_area(near_x, near_y, spatial_radius, default_radius=ENTITY_RADIUS)
-    after = env.time("last_seen_after", last_seen_after)
-    hits = entities_near(env, chosen, center, radius, n, name or None, entity_type or None, after)
-    words = (["seen by " + ", ".join(chosen)] if chosen else []) + entity_filter_words(
-        name, entity_type, center, radius, after, env.fmt)
-    notes = []
-    if not hits:
-        notes.append("no entities are tracked yet (consolidation creates them); try semantic_search or locate"
-                     if env.reader.entity_count() == 0 else "try a broader name, no type, or a larger radius")
-    return SearchResult("entity_query", "entities " + (", ".join(words) if words else "(all)"), hits, now, notes,
-                        empty="No entities")
-
-
 def entities_near(env: FleetEnv, robots: Optional[tuple[str, ...]], center: Any, radius: Optional[float], n: int,
                   name: Optional[str] = None, entity_type: Optional[str] = None,
                   after: Optional[float] = None) -> list[Hit]:
@@ -901,10 +878,10 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"search_gists", "get_current_context", "body_status"})
+SHARED = frozenset({"entity_query", "search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
 RUNS: dict[str, Callable[..., Any]] = {
-    "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query, "entity_query": entity_query, "locate": locate, "recall": recall,
+    "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query, "locate": locate, "recall": recall,
     "episode_summary": episode_summary,
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
