@@ -49,7 +49,6 @@ from emem_ros.tools.filters import area as make_area
 from emem_ros.tools.hybrid import MAX_FUSED, query_tokens, recency_factor, rrf
 from emem_ros.tools.results import (
     EpisodeReport,
-    EpisodeSummaryResult,
     Hit,
     LocateResult,
     PlaceCluster,
@@ -682,49 +681,6 @@ def recall(env: FleetEnv, query: Any, n_results: Any = 10, radius_multiplier: An
 
 
 # ---------------------------------------------------------------------- episodes
-def episode_summary(env: FleetEnv, episode_id: Any = None, task_name: Any = None, last_n: Any = 1,
-                    robots: Any = None) -> EpisodeSummaryResult:
-    """Episodes of the fleet's robots, newest first (ids are per robot: ``robot2/ep-3``)."""
-    from emem_ros.tools.episodes import GISTS_PER_EPISODE, MAX_EPISODES, TOP_TEXTS
-
-    now = env.now()
-    chosen = env.robots(robots)
-    notes: list[str] = []
-    if episode_id not in (None, ""):
-        if not chosen or len(chosen) != 1:
-            raise InvalidInputError("episode ids are per robot: give robots=['<robot id>'] (one robot) with "
-                                    "episode_id")
-        number = episode_number(episode_id)
-        rows = env.reader.episodes(chosen, 1, number=number)
-        if not rows:
-            latest = env.reader.episodes(chosen, 3)
-            raise InvalidInputError(f"no episode ep-{number} of {chosen[0]} in the fleet store"
-                                    + ("; its latest are " + ", ".join(f"ep-{r[1]} ({r[2]})" for r in latest)
-                                       if latest else "; it recorded no episode yet"))
-    else:
-        n = min(env.count(last_n, "last_n", default=1), MAX_EPISODES)
-        if task_name is not None and not isinstance(task_name, str):
-            raise InvalidInputError(f"task_name must be a string, got {task_name!r}")
-        name = task_name.strip() if isinstance(task_name, str) and task_name.strip() else None
-        rows = env.reader.episodes(chosen, n, name=name)
-        if not rows and name:
-            latest = env.reader.episodes(chosen, 5)
-            notes.append(f"no episode is named like '{name}'"
-                         + ("; recent ones: " + ", ".join(f"{r[0]}/ep-{r[1]} '{r[2]}'" for r in latest)
-                            if latest else ""))
-    reports = []
-    for robot, number, name, status, start, end, parent, summary, goal, result, reflection, success in rows:
-        count, most, gists, subtasks = env.reader.episode_contents(robot, int(number), TOP_TEXTS, GISTS_PER_EPISODE)
-        reports.append(EpisodeReport(
-            id=f"{robot}/ep-{number}", name=name, status=status, start=float(start),
-            end=float(end) if end is not None else None,
-            parent_id=f"{robot}/ep-{parent}" if parent is not None else None, summary=summary or "", goal=goal,
-            result=result, reflection=reflection, success=None if success is None else bool(success),
-            observations=count, top_texts=most, gists=[_gist_hit(g) for g in gists],
-            subtasks=[f"{robot}/ep-{i} '{n_}'" for i, n_ in subtasks]))
-    return EpisodeSummaryResult(reports, now, notes)
-
-
 # ---------------------------------------------------------------------- the reads of the shared runners
 class FleetLocated:
     """``_locate``'s answer; its matches are the concept's best texts, one hit per robot that saw them."""
@@ -878,11 +834,10 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"entity_query", "search_gists", "get_current_context", "body_status"})
+SHARED = frozenset({"episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
 RUNS: dict[str, Callable[..., Any]] = {
     "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query, "locate": locate, "recall": recall,
-    "episode_summary": episode_summary,
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
 
