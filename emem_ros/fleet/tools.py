@@ -55,7 +55,6 @@ from emem_ros.tools.results import (
     RecallResult,
     SearchResult,
     fmt_time,
-    quoted,
 )
 from emem_ros.tools.spec import ToolDef
 from emem_ros.tools.spec import param as _p
@@ -359,19 +358,6 @@ def _enough(chosen: list[tuple[Any, float, Optional[float]]], groups: dict[int, 
         if count >= n:
             return True
     return True
-
-
-def semantic_search(env: FleetEnv, query: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
-                    time_before: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
-                    episode_id: Any = None, robots: Any = None) -> SearchResult:
-    query = env.text(query, "query")
-    n = env.count(n_results)
-    now = env.now()
-    scope = env.scope(robots, layer, time_after, time_before, near_x, near_y, spatial_radius, episode_id)
-    hits = ranked_hits(env, query, scope, n, now)
-    summary = quoted(query) + (f" ({env.describe_scope(scope)})" if not scope.empty else "")
-    return SearchResult("semantic_search", summary, hits, now, [] if hits else env.empty_notes_of(scope),
-                        empty="Nothing remembered matches")
 
 
 # ---------------------------------------------------------------------- spatial query
@@ -834,10 +820,9 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
+SHARED = frozenset({"semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
-RUNS: dict[str, Callable[..., Any]] = {
-    "semantic_search": semantic_search, "spatial_query": spatial_query, "temporal_query": temporal_query, "locate": locate, "recall": recall,
+RUNS: dict[str, Callable[..., Any]] = { "spatial_query": spatial_query, "temporal_query": temporal_query, "locate": locate, "recall": recall,
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
 
