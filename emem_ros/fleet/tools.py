@@ -372,24 +372,6 @@ def nearby_hits(env: FleetEnv, scope: Scope, n: int, gists: bool = True) -> list
     return hits
 
 
-def spatial_query(env: FleetEnv, x: Any, y: Any, z: Any = 0.0, radius: Any = 2.0, layer: Any = None,
-                  time_after: Any = None, time_before: Any = None, n_results: Any = 10,
-                  robots: Any = None) -> SearchResult:
-    n = env.count(n_results)
-    radius = env.positive(radius, "radius", 2.0)
-    center, _ = make_area(x, y, radius, z)
-    assert center is not None
-    now = env.now()
-    rest = env.scope(robots, layer, time_after, time_before)
-    scope = dataclasses.replace(rest, center=center, radius=radius, three_d=abs(center[2]) > 1e-9)
-    hits = nearby_hits(env, scope, n)
-    summary = f"within {radius:g} m of ({center[0]:.1f}, {center[1]:.1f})"
-    if not rest.empty:
-        summary += f" ({env.describe_scope(rest)})"
-    return SearchResult("spatial_query", summary, hits, now, [] if hits else env.empty_notes_of(rest),
-                        empty="Nothing remembered")
-
-
 # ---------------------------------------------------------------------- temporal query
 def temporal_query(env: FleetEnv, time_after: Any = None, time_before: Any = None, last_n_minutes: Any = None,
                    layer: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
@@ -820,9 +802,9 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
+SHARED = frozenset({"spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
-RUNS: dict[str, Callable[..., Any]] = { "spatial_query": spatial_query, "temporal_query": temporal_query, "locate": locate, "recall": recall,
+RUNS: dict[str, Callable[..., Any]] = { "temporal_query": temporal_query, "locate": locate, "recall": recall,
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
 
