@@ -53,7 +53,6 @@ from emem_ros.tools.results import (
     LocateResult,
     PlaceCluster,
     RecallResult,
-    SearchResult,
     fmt_time,
 )
 from emem_ros.tools.spec import ToolDef
@@ -373,26 +372,6 @@ def nearby_hits(env: FleetEnv, scope: Scope, n: int, gists: bool = True) -> list
 
 
 # ---------------------------------------------------------------------- temporal query
-def temporal_query(env: FleetEnv, time_after: Any = None, time_before: Any = None, last_n_minutes: Any = None,
-                   layer: Any = None, near_x: Any = None, near_y: Any = None, spatial_radius: Any = None,
-                   order: Any = "newest", n_results: Any = 10, robots: Any = None) -> SearchResult:
-    from emem_ros.tools.perception import _order
-
-    n = env.count(n_results)
-    order = _order(order)
-    now = env.now()
-    scope = env.scope(robots, layer, time_after, time_before, near_x, near_y, spatial_radius)
-    if last_n_minutes is not None:
-        minutes = env.positive(last_n_minutes, "last_n_minutes", 5.0)
-        start = now - minutes * 60.0
-        scope = dataclasses.replace(scope, after=max(start, scope.after if scope.after is not None else -math.inf),
-                                    before=scope.before if scope.before is not None else now)
-    hits = timeline(env, scope, n, order)
-    summary = f"{env.describe_scope(scope) or 'all time'}, {order} first"
-    return SearchResult("temporal_query", summary, hits, now, [] if hits else env.empty_notes_of(scope),
-                        empty="Nothing observed")
-
-
 def timeline(env: FleetEnv, scope: Scope, n: int, order: str = "newest", gists: bool = True) -> list[Hit]:
     """Distinct things (per robot) seen in the window, by their newest (or first) sighting in it."""
     newest = order == "newest"
@@ -802,9 +781,9 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
+SHARED = frozenset({"temporal_query", "spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
-RUNS: dict[str, Callable[..., Any]] = { "temporal_query": temporal_query, "locate": locate, "recall": recall,
+RUNS: dict[str, Callable[..., Any]] = { "locate": locate, "recall": recall,
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
 
