@@ -589,18 +589,6 @@ def _evidence(cluster: Places, names: dict[int, str], score: dict[int, float]) -
     return hits[:5]
 
 
-def locate(env: FleetEnv, concept: Any, n_results: Any = 10, layer: Any = None, time_after: Any = None,
-           time_before: Any = None, robots: Any = None) -> LocateResult:
-    concept = env.text(concept, "concept")
-    n = env.count(n_results)
-    now = env.now()
-    scope = env.scope(robots, layer, time_after, time_before)
-    located = _locate(env, concept, scope, n, now)
-    if not located.ranked:
-        located.result.notes += env.empty_notes_of(scope)
-    return located.result
-
-
 def recall(env: FleetEnv, query: Any, n_results: Any = 10, radius_multiplier: Any = 1.5,
            robots: Any = None) -> RecallResult:
     query = env.text(query, "query")
@@ -781,9 +769,9 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"temporal_query", "spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
+SHARED = frozenset({"locate", "temporal_query", "spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
-RUNS: dict[str, Callable[..., Any]] = { "locate": locate, "recall": recall,
+RUNS: dict[str, Callable[..., Any]] = { "recall": recall,
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
 
