@@ -52,7 +52,6 @@ from emem_ros.tools.results import (
     Hit,
     LocateResult,
     PlaceCluster,
-    RecallResult,
     fmt_time,
 )
 from emem_ros.tools.spec import ToolDef
@@ -589,32 +588,6 @@ def _evidence(cluster: Places, names: dict[int, str], score: dict[int, float]) -
     return hits[:5]
 
 
-def recall(env: FleetEnv, query: Any, n_results: Any = 10, radius_multiplier: Any = 1.5,
-           robots: Any = None) -> RecallResult:
-    query = env.text(query, "query")
-    n = env.count(n_results)
-    multiplier = env.positive(radius_multiplier, "radius_multiplier", 1.5)
-    now = env.now()
-    scope = env.scope(robots)
-    where = _locate(env, query, scope, n, now, hits=False).result
-    matches = ranked_hits(env, query, scope, min(n, 5), now, gists=False)
-    if where.position is None or where.radius is None:
-        gists = gist_search(env, scope, query, 3, now)
-        entities = entities_near(env, scope.robots, None, None, 3, name=query)
-        notes = [] if (matches or gists or entities) else ["nothing in the fleet store resembles this query"]
-        return RecallResult(query, None, None, matches, [], gists, entities, now, notes)
-    radius = round(max(where.radius * multiplier, 2.0), 2)
-    around = dataclasses.replace(scope, center=where.position, radius=radius)
-    nearby = nearby_hits(env, around, n, gists=False)
-    gists = [_gist_hit(g, center=around.center) for g in env.reader.gists_by_time(around, 3)]
-    entities = entities_near(env, scope.robots, where.position, radius, min(n, 5))
-    notes = [n_ for n_ in where.notes[:1]]
-    if where.elsewhere:
-        places = "; ".join(f"({p.position[0]:.1f}, {p.position[1]:.1f}) \"{p.label}\"" for p in where.elsewhere)
-        notes.append(f"also seen elsewhere (use locate for details): {places}")
-    return RecallResult(query, where.position, radius, matches, nearby, gists, entities, now, notes)
-
-
 # ---------------------------------------------------------------------- episodes
 # ---------------------------------------------------------------------- the reads of the shared runners
 class FleetLocated:
@@ -769,9 +742,9 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"locate", "temporal_query", "spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
+SHARED = frozenset({"recall", "locate", "temporal_query", "spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
 """Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
-RUNS: dict[str, Callable[..., Any]] = { "recall": recall,
+RUNS: dict[str, Callable[..., Any]] = {
 }
 """The fleet's own runners of the tools not yet in ``SHARED``."""
 
