@@ -345,14 +345,10 @@ def test_current_context_over_the_fleet_names_each_robots_place(fleet3, clock):
         assert all(f"[{robot}]\nNow:" in every for robot in memories)
 
 
-def test_the_fleet_runs_the_robots_own_runner_for_each_shared_tool():
+def test_the_fleet_runs_the_robots_own_runner_for_every_tool():
     """One runner per tool: the fleet binds the robot's function object to its reads (plus robots)."""
-    from emem_ros.fleet.tools import SHARED
-
     fleet = {td.name: td for td in fleet_tooldefs()}
     robot = {td.name: td for td in TOOLS}
-    assert SHARED <= set(robot) and {"get_current_context", "body_status"} <= SHARED
-    for name in SHARED:
-        assert fleet[name].run.runner is robot[name].run, name
-    for name in set(robot) - SHARED:
-        assert getattr(fleet[name].run, "runner", None) is None
+    assert set(fleet) == set(robot) and len(fleet) == 10
+    for name, td in fleet.items():
+        assert td.run.runner is robot[name].run, name

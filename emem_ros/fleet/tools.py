@@ -203,23 +203,6 @@ class FleetEnv:
             raise InvalidInputError(f"robots must be a list of robot ids such as ['robot1'], got {value!r}")
         return self.reader.check_robots([r.strip() for r in items])
 
-    def scope(self, robots: Any = None, layer: Any = None, time_after: Any = None, time_before: Any = None,
-              near_x: Any = None, near_y: Any = None, spatial_radius: Any = None, episode_id: Any = None) -> Scope:
-        chosen = self.robots(robots)
-        after, before = self.time("time_after", time_after), self.time("time_before", time_before)
-        if after is not None and before is not None and after > before:
-            raise InvalidInputError(f"time_after ({self.fmt(after)}) is later than time_before "
-                                    f"({self.fmt(before)}); swap them")
-        center, radius = make_area(near_x, near_y, spatial_radius)
-        episode = None
-        if episode_id is not None and episode_id != "":
-            if not chosen or len(chosen) != 1:
-                raise InvalidInputError("episode ids are per robot: give robots=['<robot id>'] (one robot) "
-                                        "with episode_id")
-            episode = episode_number(episode_id)
-        return Scope(robots=chosen, layer=self.layer(layer), after=after, before=before, center=center,
-                     radius=radius, episode=episode)
-
     def describe_scope(self, scope: Scope) -> str:
         words = []
         if scope.robots:
@@ -742,15 +725,6 @@ ROBOTS = _p("array", "Only what these robots saw, e.g. ['robot1', 'robot3']. Omi
             items={"type": "string"})
 PER_ROBOT = frozenset({"get_current_context", "body_status"})
 """Tools about one robot itself: over the fleet, answered for each robot asked in turn."""
-SHARED = frozenset({"recall", "locate", "temporal_query", "spatial_query", "semantic_search", "episode_summary", "entity_query", "search_gists", "get_current_context", "body_status"})
-"""Tools whose fleet run is the robot's own runner (``bind``) over ``FleetReads``."""
-RUNS: dict[str, Callable[..., Any]] = {
-}
-"""The fleet's own runners of the tools not yet in ``SHARED``."""
-
-
-def _run(td: ToolDef) -> Callable[..., Any]:
-    return bind(td.run, td.name in PER_ROBOT) if td.name in SHARED else RUNS[td.name]
 PER_ROBOT_NOTE = (" Over the fleet: answered for each robot in robots (all robots when omitted), from what it "
                   "synced; positions are in the fleet frame.")
 FLEET_NOTE = (" Over the fleet: answers come from every robot (each hit names the robot that saw it, "
@@ -769,8 +743,9 @@ def _fleet_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 def fleet_tooldefs() -> tuple[ToolDef, ...]:
-    """The robot's tool declarations with ``run`` reading the fleet store and a ``robots`` argument."""
-    return tuple(dataclasses.replace(td, run=_run(td), parameters=_fleet_parameters(td.parameters),
+    """The robot's ten tool declarations, each ``run`` the robot's own runner bound to the fleet's reads
+    (``bind``: plus a ``robots`` argument)."""
+    return tuple(dataclasses.replace(td, run=bind(td.run, td.name in PER_ROBOT), parameters=_fleet_parameters(td.parameters),
                                      description=td.description + (PER_ROBOT_NOTE if td.name in PER_ROBOT
                                                                     else FLEET_NOTE), cache=None, srv=None)
                  for td in TOOLS)
