@@ -24,9 +24,11 @@ import numpy as np
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.timeexpr import parse_time
 from emem_ros.embeddings.base import EmbeddingProvider
+from emem_ros.fleet.env import FleetEnv
 from emem_ros.fleet.errors import FleetError
 from emem_ros.fleet.reader import FleetReader
-from emem_ros.fleet.tools import FleetEnv, fleet_tooldefs
+from emem_ros.fleet.reads import FleetReads
+from emem_ros.fleet.tools import fleet_tooldefs
 from emem_ros.tools.registry import ToolRegistry, ToolSpec
 from emem_ros.tools.spec import ToolDef
 
@@ -55,7 +57,7 @@ class FleetMemory:
             self.reader.close()
             raise
         self.provider = provider
-        self.env = FleetEnv(self.reader, self._embed, config, self._clock(now))
+        self.env = FleetEnv(self.reader, self._embed, FleetReads, config, self._clock(now))
         self.tooldefs: dict[str, ToolDef] = {td.name: td for td in fleet_tooldefs()}
         self.registry = ToolRegistry(resolve_time=lambda value: parse_time(value, self.env.now()))
         for td in self.tooldefs.values():

@@ -5,7 +5,7 @@ A tool runner (``perception.semantic_search``, ``locate.recall``,
 for the clock and the filters, reads through ``env.reads`` and words the
 answer. Only the reads differ between stores, so the same runner serves a
 robot's memory (``sqlite_reads.SqliteReads``: catalogs, place caches,
-hnswlib) and a fleet store (``fleet.tools.FleetReads``: SQL in PostgreSQL,
+hnswlib) and a fleet store (``fleet.reads.FleetReads``: SQL in PostgreSQL,
 one robot or several, each hit naming its robot).
 
 ``ToolContext`` is what a runner asks of its env besides the reads (argument
