@@ -27,8 +27,11 @@ class Located(Protocol):
     """Where a concept is (``result``) and the memories that ranked best for it."""
 
     result: LocateResult
-    matched: bool
-    """Some memory resembled the concept (False: the answer's notes say why nothing did)."""
+
+    @property
+    def matched(self) -> bool:
+        """Some memory resembled the concept (False: the answer's notes say why nothing did)."""
+        ...
 
     def matches(self, n: int) -> list[Hit]:
         """The n best-ranked memories of the concept, as hits (recall's 'best matches')."""
