@@ -10,6 +10,7 @@ catches up.
 from __future__ import annotations
 
 import io
+import json
 import math
 from contextlib import redirect_stdout
 
@@ -177,6 +178,15 @@ def test_the_cli_asks_the_fleet(fleet3, clock):
         code = main(["query", "--fleet", url, "--now", str(clock.now), "locate", "concept=blue forklift"])
     assert code == 0
     assert "most likely at (104.0, 4.0, 0.8)" in out.getvalue() and "[robot2/objects3d]" in out.getvalue()
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["query", "--fleet", url, "--now", str(clock.now), "--json", "body_status", 'robots=["robot2"]'])
+    assert code == 0
+    payload = json.loads(out.getvalue())
+    assert [robot for robot, _ in payload["result"]["answers"]] == ["robot2"]
+    assert payload["text"].startswith("[robot2]\nBody status:")
+    assert payload["result"]["answers"][0][1]["readings"][0]["layer"] == "battery"
 
 
 def test_a_fleet_memory_refuses_what_it_cannot_answer(fleet_url):
