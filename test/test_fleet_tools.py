@@ -141,6 +141,12 @@ def test_spatial_and_temporal_queries_over_the_fleet(fleet3, clock):
         assert all(h.layer == "detections" for h in recent.hits)
         stamps = [h.stamp for h in recent.hits]
         assert stamps == sorted(stamps, reverse=True)
+        assert recent.summary.startswith("by robot1, layer 'detections', after ")
+
+        nowhere = fleet.call("spatial_query", x=500.0, y=500.0, radius=1.0, layer="nosuch")
+        assert not nowhere.hits and nowhere.notes[0].startswith("there is no layer 'nosuch'")
+        before = fleet.call("temporal_query", time_before=robot1_end - 86400, robots=["robot1"])
+        assert not before.hits and before.notes[0].startswith("nothing passes the filters (by robot1, before ")
 
 
 def test_recall_gathers_the_surroundings_across_robots(fleet3, clock):

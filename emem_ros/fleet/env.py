@@ -137,17 +137,35 @@ class FleetEnv:
                      radius=f.radius, three_d=three_d, episode=f.episode)
 
     def describe(self, f: Filters) -> str:
-        return self.describe_scope(self.scope_of(f))
+        """The robots asked and the filters, in words ('' when nothing narrows the answer)."""
+        words = [f"by {', '.join(self.chosen)}"] if self.chosen else []
+        filtered = f.describe(self.fmt)
+        return ", ".join(words + ([filtered] if filtered else []))
 
     def layer_notes(self, layer: Optional[str]) -> list[str]:
         """Why a layer filter matched nothing (or that nothing was synced yet)."""
-        if layer:
-            notes = self.empty_notes_of(Scope(robots=self.chosen, layer=layer))
-            return notes if notes and notes[0].startswith("there is no layer") else []
-        return self.empty_notes_of(Scope())
+        return self._no_layer(layer) if layer else self._unsynced()
 
     def empty_notes(self, f: Filters) -> list[str]:
-        return self.empty_notes_of(self.scope_of(f))
+        notes = self._no_layer(f.layer) if f.layer else []
+        if notes:
+            return notes
+        if self.chosen or not f.empty:
+            return [f"nothing passes the filters ({self.describe(f)}); try fewer filters"]
+        return self._unsynced()
+
+    def _no_layer(self, layer: str) -> list[str]:
+        known = self.reader.layers(self.chosen)
+        if layer in known:
+            return []
+        listing = ", ".join(known) if known else "none yet"
+        return [f"there is no layer '{layer}'" + (" for these robots" if self.chosen else "")
+                + f"; layers in the fleet store: {listing}"]
+
+    def _unsynced(self) -> list[str]:
+        if self.reader.robots():
+            return []
+        return ["no robot has synced into this fleet store yet (emem sync DB --to URL --robot-id R)"]
 
     def robots(self, value: Any) -> Optional[tuple[str, ...]]:
         """The ``robots`` argument: None (whole fleet), a name, or a list of names known to the store."""
@@ -157,32 +175,3 @@ class FleetEnv:
         if not isinstance(items, (list, tuple)) or not all(isinstance(r, str) and r.strip() for r in items):
             raise InvalidInputError(f"robots must be a list of robot ids such as ['robot1'], got {value!r}")
         return self.reader.check_robots([r.strip() for r in items])
-
-    def describe_scope(self, scope: Scope) -> str:
-        words = []
-        if scope.robots:
-            words.append("by " + ", ".join(scope.robots))
-        if scope.layer:
-            words.append(f"layer '{scope.layer}'")
-        if scope.after is not None:
-            words.append(f"after {self.fmt(scope.after)}")
-        if scope.before is not None:
-            words.append(f"before {self.fmt(scope.before)}")
-        if scope.center is not None:
-            words.append(f"within {scope.radius:g} m of ({scope.center[0]:.1f}, {scope.center[1]:.1f})")
-        if scope.episode is not None:
-            words.append(f"episode ep-{scope.episode}")
-        return ", ".join(words)
-
-    def empty_notes_of(self, scope: Scope) -> list[str]:
-        if scope.layer:
-            known = self.reader.layers(scope.robots)
-            if scope.layer not in known:
-                listing = ", ".join(known) if known else "none yet"
-                return [f"there is no layer '{scope.layer}'" + (" for these robots" if scope.robots else "")
-                        + f"; layers in the fleet store: {listing}"]
-        if not scope.empty:
-            return [f"nothing passes the filters ({self.describe_scope(scope)}); try fewer filters"]
-        if not self.reader.robots():
-            return ["no robot has synced into this fleet store yet (emem sync DB --to URL --robot-id R)"]
-        return []
