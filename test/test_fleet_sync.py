@@ -21,7 +21,7 @@ psycopg = pytest.importorskip("psycopg")
 from emem_ros.fleet import db  # noqa: E402
 from emem_ros.fleet.errors import FleetError, FleetUnavailableError  # noqa: E402
 from emem_ros.fleet.robots import add_robot  # noqa: E402
-from emem_ros.fleet.schema import init_fleet, list_partitions  # noqa: E402
+from emem_ros.fleet.schema import init_fleet, list_partitions, open_fleet  # noqa: E402
 from emem_ros.fleet.sync import FleetSync, sync_memory  # noqa: E402
 from emem_ros.fleet.transform import IDENTITY, RigidTransform  # noqa: E402
 from emem_ros.storage.oplog import read_hold  # noqa: E402
@@ -453,7 +453,21 @@ def test_init_creates_the_indexes_the_fleet_queries_need(fleet):
                  "experiences_stamp", "episodes_start"):
         assert name in indexes
     assert "(robot_id, text_id, stamp)" in indexes["observations_robot_text"]
-    assert meta["schema_version"] == "2" and meta["embedding_dim"] == str(DIM)
+    assert "(robot_id, layer, stamp) WHERE (source_type = 'interoception'" in indexes["observations_body"]
+    assert meta["schema_version"] == "3" and meta["embedding_dim"] == str(DIM)
+
+
+def test_init_upgrades_a_version_2_store_with_the_body_index(fleet):
+    with db.connect(fleet) as conn:
+        conn.execute("DROP INDEX fleet.observations_body")
+        conn.execute("UPDATE fleet.meta SET value = '2' WHERE key = 'schema_version'")
+    with db.connect(fleet) as conn:
+        with pytest.raises(FleetError, match="emem fleet init"):
+            open_fleet(conn, "the test store")
+        init_fleet(conn, dim=DIM)
+        names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'fleet'")}
+        assert "observations_body" in names
+        assert open_fleet(conn, "the test store").version == 3
 
 
 def test_init_needs_the_right_to_create_extensions(fleet_url):

@@ -16,7 +16,9 @@ from emem_ros.fleet.reader import BODY, FleetReader
 
 POSE_FRESHNESS = 60.0
 """Seconds: a body reading's pose this much older than the robot's newest observation still counts as now."""
-_ROW = "SELECT o.id, o.stamp, o.value, o.text_id FROM fleet.observations o WHERE o.robot_id = %s AND "
+BODY_ROWS = f"o.robot_id = %s AND o.source_type = '{BODY}' AND "
+"""Every read here names body readings literally: the partial index ``observations_body`` then serves it."""
+_ROW = "SELECT o.id, o.stamp, o.value, o.text_id FROM fleet.observations o WHERE " + BODY_ROWS
 
 
 def _sql(where: str) -> str:
@@ -32,8 +34,7 @@ class BodyRows:
 
     def layers(self) -> list[str]:
         return [r[0] for r in self.reader.rows(
-            "SELECT DISTINCT layer FROM fleet.observations WHERE robot_id = %s AND source_type = %s ORDER BY 1",
-            (self.robot, BODY))]
+            f"SELECT DISTINCT o.layer FROM fleet.observations o WHERE {BODY_ROWS}true ORDER BY 1", (self.robot,))]
 
     def stored_scales(self) -> dict[str, dict[str, Any]]:
         return {}  # the fleet keeps the text of readings the robot archived: samples always have it
@@ -41,15 +42,14 @@ class BodyRows:
     def samples(self, layer: str, k: int) -> list[tuple[Optional[str], Optional[float]]]:
         return [(t, v) for t, v in self.reader.rows(
             "SELECT t.text, o.value FROM fleet.observations o JOIN fleet.texts t ON t.id = o.text_id"
-            " WHERE o.robot_id = %s AND o.layer = %s AND o.source_type = %s ORDER BY o.stamp DESC LIMIT %s",
-            (self.robot, layer, BODY, k))]
+            f" WHERE {BODY_ROWS}o.layer = %s ORDER BY o.stamp DESC LIMIT %s", (self.robot, layer, k))]
 
     def rows(self, where: str, params: Sequence[Any], order: str, limit: int) -> list[tuple[Any, ...]]:
         return self.reader.rows(f"{_ROW}{_sql(where)} ORDER BY {order} LIMIT %s", (self.robot, *params, limit))
 
     def stamp_at(self, where: str, params: Sequence[Any], offset: int) -> Optional[float]:
         found = self.reader.rows(
-            f"SELECT o.stamp FROM fleet.observations o WHERE o.robot_id = %s AND {_sql(where)}"
+            f"SELECT o.stamp FROM fleet.observations o WHERE {BODY_ROWS}{_sql(where)}"
             " ORDER BY o.stamp DESC LIMIT 1 OFFSET %s", (self.robot, *params, offset))
         return float(found[0][0]) if found else None
 
@@ -72,9 +72,8 @@ def current_position(reader: FleetReader, robot: str) -> tuple[Optional[Position
         return None, "unknown"
     x, y, z, stamp = newest[0]
     pose = reader.rows(
-        "SELECT ST_X(position), ST_Y(position), COALESCE(ST_Z(position), 0), stamp FROM fleet.observations"
-        " WHERE robot_id = %s AND source_type = %s AND position IS NOT NULL ORDER BY stamp DESC LIMIT 1",
-        (robot, BODY))
+        "SELECT ST_X(o.position), ST_Y(o.position), COALESCE(ST_Z(o.position), 0), o.stamp FROM fleet.observations o"
+        f" WHERE {BODY_ROWS}o.position IS NOT NULL ORDER BY o.stamp DESC LIMIT 1", (robot,))
     if pose and float(stamp) - float(pose[0][3]) <= POSE_FRESHNESS:
         px, py, pz, _ = pose[0]
         return (float(px), float(py), float(pz)), f"{robot}'s pose at its latest synced body reading, fleet frame"

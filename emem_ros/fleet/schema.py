@@ -27,12 +27,17 @@ from typing import Any, Iterable, Optional
 from emem_ros.fleet.errors import FleetError, FleetSchemaError
 
 SCHEMA = "fleet"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+BODY_INDEX = ("CREATE INDEX IF NOT EXISTS observations_body ON fleet.observations(robot_id, layer, stamp)"
+              " WHERE source_type = 'interoception'")
 UPGRADES: dict[int, tuple[str, ...]] = {
     2: ("CREATE INDEX IF NOT EXISTS observations_robot_text ON fleet.observations(robot_id, text_id, stamp)",),
+    3: (BODY_INDEX,),
 }
 """Statements taking a store from the version before to this one (``emem fleet init`` runs them).
-v2: the fleet tools read a robot's newest sightings of a text (``robots`` filter, per-robot hits)."""
+v2: the fleet tools read a robot's newest sightings of a text (``robots`` filter, per-robot hits).
+v3: body_status and get_current_context walk one robot's body readings of a layer by time (a partial
+index: body readings only)."""
 DEFAULT_DIM = 384
 DEFAULT_PARTITION_DAYS = 7.0
 EXTENSION_HINTS = {
@@ -100,6 +105,7 @@ CREATE TABLE fleet.observations(
 CREATE INDEX observations_stamp ON fleet.observations(stamp);
 CREATE INDEX observations_text ON fleet.observations(text_id, stamp);
 CREATE INDEX observations_robot_text ON fleet.observations(robot_id, text_id, stamp);
+CREATE INDEX observations_body ON fleet.observations(robot_id, layer, stamp) WHERE source_type = 'interoception';
 CREATE INDEX observations_position ON fleet.observations USING gist (position);
 
 CREATE TABLE fleet.episodes(
