@@ -20,6 +20,7 @@ from emem_ros.forgetting.tool import FORGET_TOOL
 from emem_ros.tools import scopes as sc
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.query_cache import QueryCache
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import fmt_time, quoted
 from emem_ros.tools.spec import COORDINATE, DISTANCE, TIME, CachePolicy, ToolDef
 from emem_ros.tools.spec import obj as _obj
@@ -36,6 +37,8 @@ class AgentEnv(ToolEnv):
                  cache: Optional[QueryCache] = None) -> None:
         super().__init__(engine)
         self.reads = SqliteReads(self)
+        context: ToolContext = self  # mypy holds the robot's env to the runners' interface here
+        del context
         self._ledger = ledger
         self.cache = cache
         self.forget: Optional[Callable[..., Any]] = None

@@ -16,6 +16,7 @@ import inspect
 from typing import Any, Callable
 
 from emem_ros.fleet.env import FleetEnv
+from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.spec import ToolDef
 from emem_ros.tools.spec import param as _p
 from emem_ros.tools.specs import TOOLS
@@ -57,7 +58,8 @@ def bind(runner: Callable[..., Any], per_robot: bool = False) -> Callable[..., A
         chosen = env.robots(arguments.pop("robots", None))
         del arguments[next(iter(signature.parameters))]
         if not per_robot:
-            return runner(env.scoped(chosen), **arguments)
+            scoped: ToolContext = env.scoped(chosen)  # mypy holds FleetEnv to the runners' interface here
+            return runner(scoped, **arguments)
         targets = chosen or tuple(env.reader.robots())
         return PerRobot(runner.__name__, [(robot, runner(env.scoped((robot,)), **arguments)) for robot in targets])
 

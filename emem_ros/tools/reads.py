@@ -145,16 +145,13 @@ class ToolContext(Protocol):
     store_name: str
     """How answers name the store: 'memory' (a robot's), 'the fleet store'."""
 
-    @staticmethod
-    def count(value: Any, name: str = "n_results", default: int = 10) -> int:
+    def count(self, value: Any, name: str = "n_results", default: int = 10) -> int:
         ...
 
-    @staticmethod
-    def positive(value: Any, name: str, default: float) -> float:
+    def positive(self, value: Any, name: str, default: float) -> float:
         ...
 
-    @staticmethod
-    def text(value: Any, name: str) -> str:
+    def text(self, value: Any, name: str) -> str:
         ...
 
     def time(self, name: str, value: Any) -> Optional[float]:
