@@ -95,7 +95,8 @@ def _fleet_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
 def fleet_tooldefs() -> tuple[ToolDef, ...]:
     """The robot's ten tool declarations, each ``run`` the robot's own runner bound to the fleet's reads
     (``bind``: plus a ``robots`` argument)."""
-    return tuple(dataclasses.replace(td, run=bind(td.run, td.name in PER_ROBOT), parameters=_fleet_parameters(td.parameters),
+    return tuple(dataclasses.replace(td, run=bind(td.run, td.name in PER_ROBOT),
+                                     parameters=_fleet_parameters(td.parameters),
                                      description=td.description + (PER_ROBOT_NOTE if td.name in PER_ROBOT
                                                                     else FLEET_NOTE), cache=None, srv=None)
                  for td in TOOLS)

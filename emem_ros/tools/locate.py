@@ -359,7 +359,8 @@ def recall(env: ToolContext, query: Any, n_results: Any = 10, radius_multiplier:
         gists = env.reads.gist_search(query, Filters(), 3, now)
         entities = env.reads.entities_near(None, None, 3, name=query)
         pinned = env.reads.pinned(None, 0.0, [h.id for h in entities])
-        notes = [] if (matches or gists or entities or pinned) else [f"nothing in {env.store_name} resembles this query"]
+        found = matches or gists or entities or pinned
+        notes = [] if found else [f"nothing in {env.store_name} resembles this query"]
         return RecallResult(query, None, None, matches, [], gists, entities, now, notes, pinned)
     radius = round(max(where.radius * multiplier, 2.0), 2)
     around = Filters(center=where.position, radius=radius)

@@ -21,6 +21,8 @@ from emem_ros.tools.filters import Filters
 from emem_ros.tools.ranking import Candidate, text_hits
 from emem_ros.tools.results import EpisodeReport, Hit, LocateResult
 
+_BODY = SourceType.INTEROCEPTION.value
+
 
 class SqliteLocated:
     """``locate._locate``'s answer; its matches are its ranked texts as hits."""
@@ -54,7 +56,7 @@ class SqliteBodyRows:
     def samples(self, layer: str, k: int) -> list[tuple[Optional[str], Optional[float]]]:
         return self._env.store.reader().execute(
             "SELECT t.text, o.value FROM observations o JOIN texts t ON t.id = o.text_id"
-            " WHERE o.layer = ? AND o.source_type = ? ORDER BY o.stamp DESC LIMIT ?", (layer, SourceType.INTEROCEPTION.value, k)).fetchall()
+            " WHERE o.layer = ? AND o.source_type = ? ORDER BY o.stamp DESC LIMIT ?", (layer, _BODY, k)).fetchall()
 
     def rows(self, where: str, params: Sequence[Any], order: str, limit: int) -> list[tuple[Any, ...]]:
         return self._env.store.reader().execute(
