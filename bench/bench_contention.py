@@ -157,6 +157,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
           maintenance: bool, questions: bool = True) -> dict[str, Any]:
     memory.flush()
     before = stored(memory)
+    memory.store.write_lock.reset()
     started = time.perf_counter()
     latencies: list[float] = []
     runs = 0
@@ -177,6 +178,9 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
                            "stored_per_s": written / elapsed, "maintenance_runs": runs}
     if writers is not None:
         row["added_per_s"] = added / elapsed
+    holds = memory.store.write_lock.stats()["holds"]
+    row["holds"] = sorted(((h["max_ms"], h["p99_ms"], h["count"], label) for label, h in holds.items()),
+                          reverse=True)[:4]
     if latencies:
         row.update(p50=statistics.median(latencies), p95=percentile(latencies, 95),
                    p99=percentile(latencies, 99), max=max(latencies))
@@ -245,6 +249,9 @@ def main() -> None:
                else f"{'-':>8s} {'-':>8s} {'-':>8s} {'-':>8s}")
         print(f"{r['phase']:30s} {r['questions']:9d} {lat} {r.get('added_per_s', 0):9.0f} {r['stored_per_s']:9.0f}"
               f" {r['maintenance_runs']:6d}")
+    print("longest writer-lock holds per phase (caller: max / p99 ms, holds):")
+    for r in results:
+        print(f"  {r['phase']:28s} " + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["holds"]))
 
 
 if __name__ == "__main__":
