@@ -304,13 +304,27 @@ class SpatialIndex:
             if not len(self._ids) or k <= 0:
                 return np.empty(0, np.int64)
             tree = self._ready_tree()
+            found = np.fromiter(tree.nearest(box, k), dtype=np.int64)
+            if not len(self._dead):
+                return found
             ask = k
             while True:
-                found = np.fromiter(tree.nearest(box, ask), dtype=np.int64)
                 live = self._live(found)
                 if len(live) >= k or len(found) < ask or ask >= self._n:
-                    return live
+                    break
                 ask = min(self._n, ask + 2 * (k - len(live)) + len(found) - len(live))
+                found = np.fromiter(tree.nearest(box, ask), dtype=np.int64)
+            if len(live) <= k:
+                return live
+            # As the tree without the tombstones answers: the k nearest and those tied with the k-th,
+            # by libspatialindex's own distance (Region::getMinimumDistance).
+            entries = self._boxes[np.searchsorted(self._ids, live)]
+            low, high = np.asarray(box[:3], np.float64), np.asarray(box[3:], np.float64)
+            gap = np.where(high < entries[:, :3], entries[:, :3] - high,
+                           np.where(low > entries[:, 3:], low - entries[:, 3:], 0.0))
+            distance = np.sqrt((gap * gap).sum(axis=1))
+            kth = np.partition(distance, k - 1)[k - 1]
+            return live[distance <= kth]
 
     def count(self, box: Box) -> int:
         """How many entries intersect ``box``, without listing them."""
