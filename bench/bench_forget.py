@@ -131,7 +131,7 @@ def run_case(memory: Memory, clock: list[float], name: str, **criteria: object) 
 def reuse(source: Path) -> None:
     """Forget from a copy of a bench_tools memory (an older schema opens with its migration)."""
     print(f"load before: {Path('/proc/loadavg').read_text().strip()}; cpus {os.cpu_count()}", flush=True)
-    with tempfile.TemporaryDirectory(dir=source.parent) as folder:
+    with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / source.name
         began = time.perf_counter()
         shutil.copytree(source, copy, ignore=shutil.ignore_patterns("*.lock"))
