@@ -150,9 +150,11 @@ def reuse(source: Path) -> None:
             one = reader.execute("SELECT id FROM observations WHERE id % 97 = 3 AND text_id IS NOT NULL"
                                  " LIMIT 1").fetchone()[0]
             run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
+            # 10,000 consecutive observations (a stretch of the robot's day; ~35 gists re-summarised). Spread
+            # over the whole memory they would touch thousands of gists, each re-summarised and re-embedded.
             ids = [f"obs-{r[0]}" for r in reader.execute(
-                "SELECT id FROM observations WHERE id % 97 = 5 ORDER BY id LIMIT 10000")]
-            run_case(memory, clock, "10k by ids", ids=ids)
+                "SELECT id FROM observations ORDER BY id LIMIT 10000 OFFSET 500000")]
+            run_case(memory, clock, "10k consecutive by ids", ids=ids)
         finally:
             memory.close()
     print(f"load after: {Path('/proc/loadavg').read_text().strip()}")

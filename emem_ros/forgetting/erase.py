@@ -50,8 +50,8 @@ TARGET_LOCK = 0.04
 """Seconds of writer lock a deletion batch aims at (well under the 100 ms a flush or question may wait)."""
 FIRST_BATCH = 32
 MIN_BATCH = 16
-"""A transaction has a fixed cost (at 1M places, the R-tree columns are rewritten: ~0.1-0.2 s); below this
-many rows shrinking it further only multiplies that cost."""
+"""Below this many rows, shrinking a transaction further only multiplies its fixed cost (commit, log append).
+(Removed places are tombstones in the R-tree, ``SpatialIndex.delete``: no tree walk nor column rewrite.)"""
 
 
 @dataclass
@@ -96,8 +96,8 @@ class Eraser:
     def observations(self, ids: Sequence[int], batch: int, target: float = TARGET_LOCK) -> None:
         """In transactions sized so each holds the writer lock about ``target`` seconds (at most ``batch`` rows).
 
-        Most of a transaction's time is not SQL but the R-tree deleting the
-        places it emptied (~1-2 ms each), so the size adapts to what was measured.
+        The cost per row varies (a text shared by many observations, places to
+        shrink), so the size adapts to what was measured.
         """
         size, start = min(batch, FIRST_BATCH), 0
         while start < len(ids):
