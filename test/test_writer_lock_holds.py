@@ -168,3 +168,32 @@ def test_a_tombstoned_place_is_neither_lost_nor_resurrected_when_the_process_die
             assert np.isin(memory.store.places.nearest((1.0, 2.0, 0.0, 1.0, 2.0, 0.0), 5), stored).all()
         finally:
             memory.close()
+
+
+def test_places_shrunk_by_a_forget_match_the_observations_left(tmp_path, clock):
+    """Places keep count, sums, first/last stamp and newest id exact, whether or not a boundary row went."""
+    memory = open_memory(tmp_path / "m.db", clock)
+    try:
+        _fill(memory, clock, 3000, labels=5)
+        conn = memory.store.reader()
+        ids = [r[0] for r in conn.execute("SELECT id FROM observations ORDER BY id")]
+        memory.forget(ids=[f"obs-{i}" for i in ids[::7]] + [f"obs-{i}" for i in ids[-40:]], reason="test")
+        size = memory.store.cell_size
+        expected: dict[tuple, list] = {}
+        for text_id, layer, x, y, z, stamp, obs_id in conn.execute(
+                "SELECT text_id, layer, x, y, z, stamp, id FROM observations"):
+            key = (text_id, layer, int(np.floor(x / size)), int(np.floor(y / size)), int(np.floor((z or 0.0) / size)))
+            cell = expected.setdefault(key, [0, 0.0, 0.0, 0.0, stamp, stamp, obs_id])
+            cell[0] += 1
+            cell[1] += x
+            cell[2] += y
+            cell[3] += z or 0.0
+            cell[4], cell[5], cell[6] = min(cell[4], stamp), max(cell[5], stamp), max(cell[6], obs_id)
+        stored = {tuple(r[:5]): list(r[5:]) for r in conn.execute(
+            "SELECT text_id, layer, cx, cy, cz, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id FROM places")}
+        assert stored.keys() == expected.keys()
+        for key, cell in expected.items():
+            assert stored[key][0] == cell[0] and stored[key][4:] == cell[4:]
+            assert np.allclose(stored[key][1:4], cell[1:4])
+    finally:
+        memory.close()
