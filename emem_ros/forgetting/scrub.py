@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import logging
@@ -202,7 +203,7 @@ def truncate_wal(store: "MemoryStore", timer: LockTimer, tries: int = 200) -> bo
     _passive(store)
     for attempt in range(tries):
         wait = WAL_WAIT_MS if attempt < tries - 1 else 30000
-        busy = _locked(store, timer, "wal checkpoint", lambda conn: _truncate(conn, wait))
+        busy = _locked(store, timer, "wal checkpoint", functools.partial(_truncate, wait_ms=wait))
         if not busy:
             return True
         _passive(store, rounds=2)

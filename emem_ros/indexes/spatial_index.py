@@ -324,7 +324,8 @@ class SpatialIndex:
                            np.where(low > entries[:, 3:], low - entries[:, 3:], 0.0))
             distance = np.sqrt((gap * gap).sum(axis=1))
             kth = np.partition(distance, k - 1)[k - 1]
-            return live[distance <= kth]
+            nearest: np.ndarray = live[distance <= kth]
+            return nearest
 
     def count(self, box: Box) -> int:
         """How many entries intersect ``box``, without listing them."""

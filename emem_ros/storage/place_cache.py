@@ -266,7 +266,7 @@ class PlaceCache:
         keep = np.ones(self._n, dtype=bool)
         keep[at] = False
         n = int(keep.sum())
-        for name, column in self._cols.items():
+        for column in self._cols.values():
             column[:n] = column[:self._n][keep]
         self._n = n
         self._by_text, self._by_text_cell, self._grid = {}, {}, None
