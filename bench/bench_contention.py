@@ -259,10 +259,12 @@ def main() -> None:
               f" {r['maintenance_runs']:6d}")
     print("longest writer-lock holds per phase (caller: max / p99 ms, holds):")
     for r in results:
-        print(f"  {r['phase']:28s} " + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["holds"]))
+        print(f"  {r['phase']:28s} "
+              + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["holds"]))
     print("longest waits for the writer lock per phase (waiter: max / p99 ms, waits):")
     for r in results:
-        print(f"  {r['phase']:28s} " + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["waits"]))
+        print(f"  {r['phase']:28s} "
+              + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["waits"]))
 
 
 if __name__ == "__main__":
