@@ -157,6 +157,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
           maintenance: bool, questions: bool = True) -> dict[str, Any]:
     memory.flush()
     before = stored(memory)
+    memory.store.write_lock.reset()
     started = time.perf_counter()
     latencies: list[float] = []
     runs = 0
@@ -177,6 +178,11 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
                            "stored_per_s": written / elapsed, "maintenance_runs": runs}
     if writers is not None:
         row["added_per_s"] = added / elapsed
+    lock = memory.store.write_lock.stats()
+    row["holds"] = sorted(((h["max_ms"], h["p99_ms"], h["count"], label) for label, h in lock["holds"].items()),
+                          reverse=True)[:4]
+    row["waits"] = sorted(((h["max_ms"], h["p99_ms"], h["count"], label) for label, h in lock["waits"].items()),
+                          reverse=True)[:3]
     if latencies:
         row.update(p50=statistics.median(latencies), p95=percentile(latencies, 95),
                    p99=percentile(latencies, 99), max=max(latencies))
@@ -196,8 +202,13 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between questions (default 0.05)")
     parser.add_argument("--archive-batch-size", type=int, default=None,
                         help="archive_batch_size (default: the memory's, 5000)")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval for the run (Python's default 0.005 s): how long a thread that "
+                             "holds the writer lock may wait for the GIL after each SQLite call")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     prefill = args.prefill or (5_000 if args.quick else 20_000)
     seconds = args.seconds or (4.0 if args.quick else 8.0)
 
@@ -236,7 +247,8 @@ def main() -> None:
         finally:
             memory.close()
     print(f"prefill {prefill} observations, {seconds:g} s per phase, a question every {args.interval * 1000:g} ms"
-          + (f", archive_batch_size {args.archive_batch_size}" if args.archive_batch_size else "") + ";"
+          + (f", archive_batch_size {args.archive_batch_size}" if args.archive_batch_size else "")
+          + (f", switch interval {args.switch_interval:g} s" if args.switch_interval is not None else "") + ";"
           f" load {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
     print(f"{'phase':30s} {'questions':>9s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} {'max ms':>8s}"
           f" {'added/s':>9s} {'stored/s':>9s} {'maint.':>6s}")
@@ -245,6 +257,14 @@ def main() -> None:
                else f"{'-':>8s} {'-':>8s} {'-':>8s} {'-':>8s}")
         print(f"{r['phase']:30s} {r['questions']:9d} {lat} {r.get('added_per_s', 0):9.0f} {r['stored_per_s']:9.0f}"
               f" {r['maintenance_runs']:6d}")
+    print("longest writer-lock holds per phase (caller: max / p99 ms, holds):")
+    for r in results:
+        print(f"  {r['phase']:28s} "
+              + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["holds"]))
+    print("longest waits for the writer lock per phase (waiter: max / p99 ms, waits):")
+    for r in results:
+        print(f"  {r['phase']:28s} "
+              + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["waits"]))
 
 
 if __name__ == "__main__":

@@ -110,17 +110,54 @@ class Load:
 
 
 def run_case(memory: Memory, clock: list[float], name: str, **criteria: object) -> None:
+    memory.store.write_lock.reset()
     with Load(memory, clock) as load:
         began = time.perf_counter()
         report = memory.forget(**criteria, reason="bench")
         wall = time.perf_counter() - began
+    holds = memory.writer_lock_stats["holds"]
+    top = sorted(((h["max_ms"], label) for label, h in holds.items()), reverse=True)[:3]
     steps = ", ".join(f"{k} {v:.2f}s" for k, v in report.step_seconds.items())
     print(f"{name}: forgot {report.observations} obs ({report.texts} texts) in {wall:.2f} s "
           f"[rows {report.seconds - report.scrub_seconds:.2f} s in {report.transactions} transactions; "
           f"scrub {report.scrub_seconds:.2f} s: {steps}]; longest writer lock {report.longest_lock * 1000:.0f} ms "
           f"({report.longest_lock_step}); meanwhile slowest flush {load.worst_flush * 1000:.0f} ms "
-          f"({load.flushes} flushes), slowest question {load.worst_question * 1000:.0f} ms ({load.questions})",
+          f"({load.flushes} flushes), slowest question {load.worst_question * 1000:.0f} ms ({load.questions}); "
+          f"writer lock, longest holds by anyone: " + ", ".join(f"{label} {ms:.0f} ms" for ms, label in top)
+          + f"; R-tree tombstones left {memory.store.places.tombstones}, compactions {memory.store.places.compactions}",
           flush=True)
+
+
+def reuse(source: Path) -> None:
+    """Forget from a copy of a bench_tools memory (an older schema opens with its migration)."""
+    print(f"load before: {Path('/proc/loadavg').read_text().strip()}; cpus {os.cpu_count()}", flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / source.name
+        began = time.perf_counter()
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("*.lock"))
+        copied = time.perf_counter() - began
+        clock = [time.time()]
+        config = MemoryConfig(db_path=str(copy / "memory.db"), flush_interval=0.0, index_save_interval=0.0,
+                              flush_batch_size=2048, working_memory_size=20_000)
+        began = time.perf_counter()
+        memory = Memory(config=config, embedding_provider=HashingEmbeddingProvider(),
+                        get_current_time=lambda: clock[0])
+        reader = memory.store.reader()
+        total = reader.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
+        print(f"copied {source} in {copied:.1f} s, opened (with migration) in {time.perf_counter() - began:.1f} s;"
+              f" {total} observations, {len(memory.store.places)} places", flush=True)
+        try:
+            one = reader.execute("SELECT id FROM observations WHERE id % 97 = 3 AND text_id IS NOT NULL"
+                                 " LIMIT 1").fetchone()[0]
+            run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
+            # 10,000 consecutive observations (a stretch of the robot's day; ~35 gists re-summarised). Spread
+            # over the whole memory they would touch thousands of gists, each re-summarised and re-embedded.
+            ids = [f"obs-{r[0]}" for r in reader.execute(
+                "SELECT id FROM observations ORDER BY id LIMIT 10000 OFFSET 500000")]
+            run_case(memory, clock, "10k consecutive by ids", ids=ids)
+        finally:
+            memory.close()
+    print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
 
 
 def main() -> None:
@@ -128,7 +165,14 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--keep", default=None,
                         help="folder keeping a pristine copy of the built memory; reused when it holds one of --n")
+    parser.add_argument("--build-only", action="store_true", help="with --keep: build the copy and stop")
+    parser.add_argument("--reuse", default=None,
+                        help="a memory folder built by bench_tools.py --reuse (memory.db): copied, then forget "
+                             "1 and 10,000 observations by id from the copy (the folder is never modified)")
     args = parser.parse_args()
+    if args.reuse:
+        reuse(Path(args.reuse))
+        return
     print(f"load before: {Path('/proc/loadavg').read_text().strip() if Path('/proc/loadavg').exists() else '?'}; "
           f"cpus {os.cpu_count()}", flush=True)
     clock = [1_763_800_000.0]
@@ -145,6 +189,13 @@ def main() -> None:
             print(f"reused {kept}", flush=True)
         else:
             memory = build(db, args.n, clock)
+            if args.build_only:
+                memory.close()
+                if kept is not None:
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(db, kept)
+                    shutil.copytree(db.with_name(db.name + ".log"), kept.with_name(kept.name + ".log"))
+                return
             if kept is not None:
                 memory.close()
                 kept.parent.mkdir(parents=True, exist_ok=True)

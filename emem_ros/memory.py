@@ -102,7 +102,15 @@ class Memory:
 
     @property
     def stats(self) -> dict[str, int]:
-        return self.engine.ingest_stats
+        """Ingest counters, plus the writer lock's longest hold and worst per-caller p99 (ms) since open."""
+        lock = self.engine.store.write_lock.stats()
+        return {**self.engine.ingest_stats, "writer_lock_max_ms": round(lock["max_hold_ms"]),
+                "writer_lock_p99_ms": round(max((h["p99_ms"] for h in lock["holds"].values()), default=0.0))}
+
+    @property
+    def writer_lock_stats(self) -> dict[str, Any]:
+        """How long each writer (``module.function``) held the writer lock and waited for it (``WriterLock``)."""
+        return self.engine.store.write_lock.stats()
 
     @property
     def last_write(self) -> Optional[WriteReport]:

@@ -3,7 +3,8 @@
 Age counts from promotion to long_term (``observations.tier_since``, set by
 consolidation with the memory's clock), not from the observation's stamp: a
 robot that consolidates yesterday's bag today keeps it hot for the full
-period. Per batch (``archive_batch_size`` rows):
+period. Rows are read ``archive_batch_size`` at a time and written in parts sized to ~25 ms of writer lock each
+(``storage/budget.py``: questions and flushes never wait long); per part:
 
 1. the raw rows are appended to the cold store and fsynced (unless
    ``archive_retention == 'drop'``) — before anything in SQLite changes;
@@ -36,6 +37,7 @@ from emem_ros.consolidation.readings import display_scale, reading_level
 from emem_ros.consolidation.rows import ObsRow, fetch_rows, in_list
 from emem_ros.consolidation.state import read_body_scales, write_body_scales
 from emem_ros.core.types import NodeKind, Tier, make_id
+from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,12 +55,15 @@ class ArchiveReport:
     cold_bytes: int = 0
     seconds: float = 0.0
     complete: bool = True
+    transactions: int = 0
 
 
 class Archiver:
     def __init__(self, engine: "Engine", cold: Optional[ColdStore]) -> None:
         self.engine = engine
         self.cold = cold
+        self.budget = TransactionBudget()
+        """Rows per archiving transaction, adapted to ~25 ms of writer lock (kept across runs)."""
 
     def run(self, stop: Optional[threading.Event] = None) -> ArchiveReport:
         started = time.perf_counter()
@@ -76,11 +81,19 @@ class Archiver:
                               order="o.tier_since, o.id", limit=batch)
             if not rows:
                 break
-            if keep and self.cold is not None:
-                written = self.cold.append(_record(row, now) for row in rows)
-                report.cold_records += written.records
-                report.cold_bytes += written.bytes
-            self._archive(rows, now, report)
+            start = 0
+            while start < len(rows):  # in transactions of ~25 ms of writer lock each (``storage/budget.py``)
+                part = rows[start:start + self.budget.size]
+                if keep and self.cold is not None:  # durable in the cold store before SQLite changes
+                    written = self.cold.append(_record(row, now) for row in part)
+                    report.cold_records += written.records
+                    report.cold_bytes += written.bytes
+                with engine.store.write_lock:
+                    began = time.perf_counter()
+                    self._archive(part, now, report)
+                    self.budget.took(len(part), time.perf_counter() - began)
+                start += len(part)
+                report.transactions += 1
             if len(rows) < batch:
                 break
         report.seconds = time.perf_counter() - started

@@ -857,11 +857,15 @@ class EntityExtractor:
         store = self.engine.store
         now = self.engine.now()
         created: list[EntityState] = []
+        # Everything computed before the writer lock (positions, metadata: a first call loads scipy for the
+        # uncertainty factors), so the transaction holds it only for the statements.
+        values = []
+        for state in touched.values():
+            pos = state.position
+            xyz = (float(pos[0]), float(pos[1]), float(pos[2])) if pos is not None else (None, None, None)
+            values.append((state, xyz, json.dumps(state.metadata(), separators=(",", ":"))))
         with store.write() as conn:
-            for state in touched.values():
-                pos = state.position
-                x, y, z = (float(pos[0]), float(pos[1]), float(pos[2])) if pos is not None else (None, None, None)
-                meta = json.dumps(state.metadata(), separators=(",", ":"))
+            for state, (x, y, z), meta in values:
                 if state.number is None:
                     cursor = conn.execute(
                         "INSERT INTO entities(name, entity_type, x, y, z, spread, first_seen, last_seen, sightings,"

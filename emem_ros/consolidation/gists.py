@@ -41,6 +41,7 @@ from emem_ros.consolidation.state import (
 )
 from emem_ros.consolidation.summaries import SummaryWriter, body_digest, digest
 from emem_ros.core.types import EpisodeStatus, NodeKind, Position, SourceType, Tier, make_id
+from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,6 +88,7 @@ class WriteOutcome:
     body_only: int = 0
     """Clusters of body readings alone, promoted without a gist."""
     completed: bool = True
+    transactions: int = 0
 
 
 @dataclass
@@ -217,10 +219,30 @@ def promote(conn: Any, ids: Sequence[int], now: float, gist_id: Optional[int] = 
                          " AND tier != 'archived'", [gist_id, Tier.LONG_TERM.value, now, *values])
 
 
+def _rows(item: GistDraft) -> int:
+    return len(item.observation_ids) + len(item.reading_ids)
+
+
+def _parts(batch: Sequence[GistDraft], rows: int) -> list[list[GistDraft]]:
+    """Consecutive drafts, each part promoting about ``rows`` observations (a gist is never split)."""
+    parts: list[list[GistDraft]] = [[]]
+    total = 0
+    for item in batch:
+        if parts[-1] and total + _rows(item) > rows:
+            parts.append([])
+            total = 0
+        parts[-1].append(item)
+        total += _rows(item)
+    return parts
+
+
 def write_gists(engine: "Engine", clusters: Sequence[Sequence[ObsRow]], draft: Callable[[Sequence[ObsRow]], GistDraft],
                 now: float, stop: Optional[threading.Event] = None,
                 finish: Optional[Callable[[Any], None]] = None) -> WriteOutcome:
     """Summarise, embed and store clusters a few per transaction; ``finish(conn)`` runs in the last one.
+
+    A transaction promotes about as many observations as ~25 ms of writer
+    lock allows (``TransactionBudget``), so a question never waits long.
 
     Drafting (the LLM calls) and writing alternate per batch, so the writer
     lock is held only for the inserts and a stopped run keeps what it already
@@ -230,6 +252,7 @@ def write_gists(engine: "Engine", clusters: Sequence[Sequence[ObsRow]], draft: C
     """
     store = engine.store
     out = WriteOutcome()
+    budget = TransactionBudget(first=2048)
     starts = list(range(0, len(clusters), GISTS_PER_TRANSACTION)) or [0]
     for start in starts:
         batch: list[GistDraft] = []
@@ -242,20 +265,27 @@ def write_gists(engine: "Engine", clusters: Sequence[Sequence[ObsRow]], draft: C
         vectors = (engine.embed_texts([d.text for d in visible]) if visible
                    else np.empty((0, store.dim), np.float32))
         ids: list[int] = []
-        with store.write() as conn:
-            for item, vector in zip(visible, vectors):
-                gist_id = store.add_gist(  # the readings are linked and promoted in the same statements
-                    conn, text=item.text, centroid=item.centroid, radius=item.radius,
-                    time_start=item.time_start, time_end=item.time_end,
-                    observation_ids=item.observation_ids, layers=item.layers, embedding=vector,
-                    episode_id=item.episode_id, metadata=item.metadata, now=now, linked_ids=item.reading_ids,
-                )
-                ids.append(gist_id)
-            for item in batch:
-                if item.body_only:
-                    promote(conn, item.reading_ids, now)
-            if finish is not None and start == starts[-1]:
-                finish(conn)
+        vector_of = {id(item): vector for item, vector in zip(visible, vectors)}
+        parts = _parts(batch, budget.size)
+        for number, part in enumerate(parts):  # each a short transaction (``storage/budget.py``)
+            with store.write_lock:
+                began = time.perf_counter()
+                with store.write() as conn:
+                    for item in part:
+                        if item.body_only:
+                            promote(conn, item.reading_ids, now)
+                            continue
+                        ids.append(store.add_gist(  # the readings are linked and promoted in the same statements
+                            conn, text=item.text, centroid=item.centroid, radius=item.radius,
+                            time_start=item.time_start, time_end=item.time_end,
+                            observation_ids=item.observation_ids, layers=item.layers, embedding=vector_of[id(item)],
+                            episode_id=item.episode_id, metadata=item.metadata, now=now,
+                            linked_ids=item.reading_ids,
+                        ))
+                    if finish is not None and start == starts[-1] and number == len(parts) - 1:
+                        finish(conn)
+                budget.took(sum(_rows(item) for item in part), time.perf_counter() - began)
+            out.transactions += 1
         if ids:
             store.vectors["gists"].add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32))
         out.gist_ids.extend(ids)

@@ -50,8 +50,8 @@ TARGET_LOCK = 0.04
 """Seconds of writer lock a deletion batch aims at (well under the 100 ms a flush or question may wait)."""
 FIRST_BATCH = 32
 MIN_BATCH = 16
-"""A transaction has a fixed cost (at 1M places, the R-tree columns are rewritten: ~0.1-0.2 s); below this
-many rows shrinking it further only multiplies that cost."""
+"""Below this many rows, shrinking a transaction further only multiplies its fixed cost (commit, log append).
+(Removed places are tombstones in the R-tree, ``SpatialIndex.delete``: no tree walk nor column rewrite.)"""
 
 
 @dataclass
@@ -96,8 +96,8 @@ class Eraser:
     def observations(self, ids: Sequence[int], batch: int, target: float = TARGET_LOCK) -> None:
         """In transactions sized so each holds the writer lock about ``target`` seconds (at most ``batch`` rows).
 
-        Most of a transaction's time is not SQL but the R-tree deleting the
-        places it emptied (~1-2 ms each), so the size adapts to what was measured.
+        The cost per row varies (a text shared by many observations, places to
+        shrink), so the size adapts to what was measured.
         """
         size, start = min(batch, FIRST_BATCH), 0
         while start < len(ids):
@@ -116,14 +116,14 @@ class Eraser:
         rows = []
         for chunk in chunked(ids):
             rows += conn.execute(
-                "SELECT id, text_id, gist_id, layer, source_type, x, y, z FROM observations"
+                "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp FROM observations"
                 f" WHERE id IN ({marks(len(chunk))})", chunk).fetchall()
         if not rows:
             return
         refs: dict[int, int] = defaultdict(int)
         cells: dict[tuple[int, str, int, int, int], list[float]] = {}
         size = self.store.cell_size
-        for _i, text_id, gist_id, layer, source, x, y, z in rows:
+        for obs_id, text_id, gist_id, layer, source, x, y, z, stamp in rows:
             if gist_id is not None:
                 self.erased.gists.add(gist_id)
             if text_id is None:
@@ -132,11 +132,14 @@ class Eraser:
             if x is not None and y is not None and source != "interoception":
                 zz = z if z is not None else 0.0
                 key = (text_id, layer, math.floor(x / size), math.floor(y / size), math.floor(zz / size))
-                cell = cells.setdefault(key, [0, 0.0, 0.0, 0.0])
+                cell = cells.setdefault(key, [0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0])
                 cell[0] += 1
                 cell[1] += x
                 cell[2] += y
                 cell[3] += zz
+                cell[4] = min(cell[4], stamp)  # the removed rows' earliest and latest stamps, highest id
+                cell[5] = max(cell[5], stamp)
+                cell[6] = max(cell[6], obs_id)
         found = [r[0] for r in rows]
         for chunk in chunked(found):
             conn.execute(f"DELETE FROM observations WHERE id IN ({marks(len(chunk))})", chunk)
@@ -175,17 +178,29 @@ class Eraser:
 
     def _shrink_places(self, conn: Any, cells: dict[tuple[int, str, int, int, int], list[float]]
                        ) -> tuple[list[tuple[int, str, int, int, int]], list[int]]:
-        """Places of surviving texts count fewer observations; an emptied place goes."""
+        """Places of surviving texts count fewer observations; an emptied place goes.
+
+        First/last stamp and newest id are read again from the text's rows only
+        when a removed row was one of them (at 1M, a common text has 100k rows).
+        """
         touched, gone = [], []
-        for key, (n, sx, sy, sz) in cells.items():
-            row = conn.execute("SELECT id, count FROM places WHERE text_id=? AND layer=? AND cx=? AND cy=? AND cz=?",
-                               key).fetchone()
+        for key, (n, sx, sy, sz, low, high, top) in cells.items():
+            row = conn.execute("SELECT id, count, first_stamp, last_stamp, last_obs_id FROM places"
+                               " WHERE text_id=? AND layer=? AND cx=? AND cy=? AND cz=?", key).fetchone()
             if row is None:
                 continue
             if row[1] <= n:
                 conn.execute("DELETE FROM places WHERE id=?", (row[0],))
                 gone.append(row[0])
                 self.erased.places_removed += 1
+                continue
+            touched.append(key)
+            self.erased.places_updated += 1
+            inside = (row[2] is not None and row[3] is not None and row[4] is not None
+                      and row[2] < low and high < row[3] and top < row[4])
+            if inside:  # no removed row was the first, last or newest: those stay (no scan of the text's rows)
+                conn.execute("UPDATE places SET count = count - ?, sx = sx - ?, sy = sy - ?, sz = sz - ? WHERE id = ?",
+                             (n, sx, sy, sz, row[0]))
                 continue
             text_id, layer = key[0], key[1]
             s = self.store.cell_size
@@ -197,8 +212,6 @@ class Eraser:
                          " first_stamp = COALESCE(?, first_stamp), last_stamp = COALESCE(?, last_stamp),"
                          " last_obs_id = COALESCE(?, last_obs_id) WHERE id = ?",
                          (n, sx, sy, sz, first, last, last_id, row[0]))
-            touched.append(key)
-            self.erased.places_updated += 1
         return touched, gone
 
     def _edges(self, conn: Any, nodes: list[str]) -> None:

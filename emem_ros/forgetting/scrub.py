@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import logging
@@ -165,18 +166,47 @@ def sqlite_vacuum_if_needed(store: "MemoryStore", timer: LockTimer, force: bool 
     return True
 
 
+WAL_WAIT_MS = 20
+"""How long a TRUNCATE checkpoint under the writer lock waits for readers before it lets go and tries again."""
+
+
+def _passive(store: "MemoryStore", rounds: int = 20) -> None:
+    """Copy the WAL back into the file without the writer lock, until it catches up (or stops gaining)."""
+    done = -1
+    for _ in range(rounds):
+        try:
+            _, frames, copied = store.reader().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            return
+        if frames <= 0 or copied >= frames or copied <= done:
+            return
+        done = copied
+        time.sleep(0.01)  # a reader on an older snapshot holds the rest back; it ends within a query
+
+
+def _truncate(conn: sqlite3.Connection, wait_ms: int) -> int:
+    conn.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
+    try:
+        return int(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+    finally:
+        conn.execute("PRAGMA busy_timeout=30000")
+
+
 def truncate_wal(store: "MemoryStore", timer: LockTimer, tries: int = 200) -> bool:
-    """Checkpoint the WAL into the file and cut it to zero bytes; True when it got there."""
-    try:  # most of the WAL goes back into the file now, without the writer lock; the rest below, with it
-        store.reader().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    except sqlite3.Error:
-        pass
-    for _ in range(tries):
-        busy = _locked(store, timer, "wal checkpoint",
-                       lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+    """Checkpoint the WAL into the file and cut it to zero bytes; True when it got there.
+
+    The copying is done by PASSIVE checkpoints without the writer lock; the
+    TRUNCATE under it waits at most ``WAL_WAIT_MS`` for readers, then lets
+    ingest and questions in and tries again (the last try waits as long as
+    it takes: the forgotten bytes must leave the WAL).
+    """
+    _passive(store)
+    for attempt in range(tries):
+        wait = WAL_WAIT_MS if attempt < tries - 1 else 30000
+        busy = _locked(store, timer, "wal checkpoint", functools.partial(_truncate, wait_ms=wait))
         if not busy:
             return True
-        time.sleep(0.01)  # a reader still reads an older snapshot; it ends within a query
+        _passive(store, rounds=2)
     log.warning("the WAL of %s could not be truncated (a reader kept an old snapshot)", store.path)
     return False
 

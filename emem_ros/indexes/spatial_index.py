@@ -12,6 +12,16 @@ a pending list and go in on the next query, by bulk load when they are many
 so the ingest path never pays for tree insertions. After an open, ``warm``
 builds the tree on a background thread, so neither the open nor the first
 spatial query waits for it.
+
+Deleting is a tombstone: the ids go into a sorted "dead" list that every
+query filters out, which costs a binary search per deletion, so a writer
+(archival, forget) never rewrites the columns or walks the tree under its
+lock. When the dead are many (``COMPACT_MIN``, or a 32nd of the entries), a
+background thread copies the columns without them and bulk-loads a new
+tree, then swaps it in under the index lock, keeping whatever was inserted
+or deleted meanwhile. Tombstones are never saved (snapshots hold the live
+entries only) and a crash loses nothing: the index is a cache of SQLite,
+reconciled on open (``DerivedIndexesMixin``).
 """
 
 from __future__ import annotations
@@ -33,6 +43,16 @@ Box = tuple[float, float, float, float, float, float]
 
 BULK_MIN = 4096
 """Pending entries from which the tree is rebuilt by bulk load rather than inserted into."""
+COMPACT_MIN = 4096
+"""Tombstones from which a background compaction drops them (also when they are a 32nd of the entries)."""
+
+
+def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Which ``values`` are in the ascending ``table`` (binary search, no sort of ``values``)."""
+    if not len(table) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(table, values), len(table) - 1)
+    return np.asarray(table[at] == values)
 
 
 def _properties() -> rtree_index.Property:
@@ -65,11 +85,23 @@ class SpatialIndex:
         """Entries held in the columns but not yet in the tree (while a tree exists or is being built)."""
         self._building = False
         self._build_spoiled = False
+        self._dead = np.empty(0, np.int64)
+        """Tombstoned ids, ascending: still in the columns and the tree, filtered from every answer."""
+        self._dead_boxes = np.empty((0, 6), np.float64)
+        self._generation = 0
+        """Bumped whenever the columns are rebuilt (not appended to): a compaction started before abandons."""
+        self._compacting = False
+        self.compactions = 0
         self.high_water = 0
         self.dirty = False
 
     def __len__(self) -> int:
-        return self._n
+        return self._n - len(self._dead)
+
+    @property
+    def tombstones(self) -> int:
+        """Entries deleted but not yet dropped from the columns and the tree (``compact``)."""
+        return len(self._dead)
 
     @property
     def _ids(self) -> np.ndarray:
@@ -96,6 +128,15 @@ class SpatialIndex:
         self._id_buf = np.array(ids, dtype=np.int64)
         self._box_buf = np.array(boxes, dtype=np.float64).reshape(-1, 6)
         self._n = len(self._id_buf)
+        self._generation += 1
+
+    def _set_dead(self, dead: np.ndarray) -> None:
+        """Tombstones (ascending, all held) and their boxes, looked up in the columns."""
+        self._dead = dead
+        if len(dead):
+            self._dead_boxes = self._boxes[np.searchsorted(self._ids, dead)]
+        else:
+            self._dead_boxes = np.empty((0, 6), np.float64)
 
     # -- changes ----------------------------------------------------------
     def insert(self, ids: np.ndarray, boxes: np.ndarray) -> None:
@@ -108,6 +149,10 @@ class SpatialIndex:
             if len(held) and int(ids.min()) <= int(held[-1]):  # not the usual append of new ids: drop known ones
                 at = np.minimum(np.searchsorted(held, ids), len(held) - 1)
                 fresh = held[at] != ids
+                revived = ids[~fresh][_in_sorted(ids[~fresh], self._dead)]
+                if len(revived):  # stored again (a reconcile): the entry is there, only the tombstone goes
+                    self._set_dead(np.setdiff1d(self._dead, revived, assume_unique=True))
+                    self.dirty = True
                 ids, boxes = ids[fresh], boxes[fresh]
             if len(ids):
                 ids, first = np.unique(ids, return_index=True)
@@ -124,32 +169,67 @@ class SpatialIndex:
             self.dirty = True
 
     def delete(self, ids: list[int]) -> None:
+        """Tombstone the entries (a binary search each); a background ``compact`` drops them later."""
         gone = np.unique(np.asarray(list(ids), dtype=np.int64))
         with self._lock:
-            if not len(gone) or not len(self._ids):
+            held = self._ids
+            if not len(gone) or not len(held):
                 return
-            keep = ~np.isin(self._ids, gone)
-            if keep.all():
+            gone = gone[_in_sorted(gone, held)]
+            if len(self._dead):
+                gone = gone[~_in_sorted(gone, self._dead)]
+            if not len(gone):
                 return
-            if self._building:
-                self._build_spoiled = True
-            rebuild = False
-            if self._tree is not None:
-                waiting = sum(len(pending) for pending, _ in self._pending)
-                if waiting >= BULK_MIN and waiting * 4 >= self._tree_size:
-                    # The next query would bulk-load the tree anyway: do it then (from a background
-                    # build), not now, entry by entry, under the caller's writer lock.
-                    self._tree, self._tree_size, self._pending = None, 0, []
-                    rebuild = True
-                else:
-                    self._apply_pending()
-                    for place_id, box in zip(self._ids[~keep].tolist(), self._boxes[~keep].tolist()):
-                        self._tree.delete(place_id, box)
-                        self._tree_size -= 1
-            self._replace(self._ids[keep], self._boxes[keep])
+            self._set_dead(np.union1d(self._dead, gone))
             self.dirty = True
-            if rebuild:
-                self.warm()
+            if len(self._dead) >= max(COMPACT_MIN, self._n // 32):
+                self.compact(wait=False)
+
+    def compact(self, wait: bool = True) -> bool:
+        """Drop the tombstoned entries: new columns and a bulk-loaded tree, built off the lock, then swapped in.
+
+        Inserts and deletes made while it builds are kept (appended entries go
+        in as pending, later tombstones stay). Gives up, to be retried by the
+        next delete, if the columns were rebuilt meanwhile. ``wait``: in this
+        thread (tests, close); else on a background thread. Returns whether it swapped.
+        """
+        with self._lock:
+            if self._compacting or self._building or not len(self._dead):
+                return False
+            self._compacting = True
+            ids, boxes, dead, generation, n = self._ids, self._boxes, self._dead, self._generation, self._n
+
+        def build() -> bool:
+            swapped = False
+            try:
+                keep = np.ones(len(ids), dtype=bool)
+                keep[np.searchsorted(ids, dead)] = False
+                live_ids, live_boxes = ids[keep], boxes[keep]
+                tree = _bulk_tree(live_ids, live_boxes)
+                with self._lock:
+                    if self._generation == generation and not self._building:
+                        added_ids = self._id_buf[n:self._n].copy()
+                        added_boxes = self._box_buf[n:self._n].copy()
+                        later = np.setdiff1d(self._dead, dead, assume_unique=True)
+                        self._replace(np.concatenate([live_ids, added_ids]),
+                                      np.concatenate([live_boxes, added_boxes]))
+                        self._tree, self._tree_size = tree, len(live_ids)
+                        self._pending = [(added_ids, added_boxes)] if len(added_ids) else []
+                        self._set_dead(later)
+                        self.compactions += 1
+                        swapped = True
+            except Exception:  # the tombstones stay; the next delete tries again
+                log.exception("%s: compacting the R-tree failed", self.name)
+            finally:
+                with self._lock:
+                    self._compacting = False
+                    self._built.notify_all()
+            return swapped
+
+        if wait:
+            return build()
+        threading.Thread(target=build, name=f"emem-{self.name}-compact", daemon=True).start()
+        return False
 
     # -- the tree ---------------------------------------------------------
     def _ready_tree(self) -> rtree_index.Index:
@@ -205,28 +285,64 @@ class SpatialIndex:
         return thread
 
     # -- queries ----------------------------------------------------------
+    def _live(self, found: np.ndarray) -> np.ndarray:
+        return found[~_in_sorted(found, self._dead)] if len(self._dead) else found
+
     def intersection(self, box: Box) -> np.ndarray:
         with self._lock:
             if not len(self._ids):
                 return np.empty(0, np.int64)
-            return np.fromiter(self._ready_tree().intersection(box), dtype=np.int64)
+            return self._live(np.fromiter(self._ready_tree().intersection(box), dtype=np.int64))
 
     def nearest(self, box: Box, k: int) -> np.ndarray:
-        """Ids of the k entries nearest to ``box`` (ties may add a few; not sorted)."""
+        """Ids of the k entries nearest to ``box`` (ties may add a few; not sorted).
+
+        With tombstones, asks the tree for more until k live ones (or all) are found.
+        """
+        k = int(k)
         with self._lock:
-            if not len(self._ids):
+            if not len(self._ids) or k <= 0:
                 return np.empty(0, np.int64)
-            return np.fromiter(self._ready_tree().nearest(box, int(k)), dtype=np.int64)
+            tree = self._ready_tree()
+            found = np.fromiter(tree.nearest(box, k), dtype=np.int64)
+            if not len(self._dead):
+                return found
+            ask = k
+            while True:
+                live = self._live(found)
+                if len(live) >= k or len(found) < ask or ask >= self._n:
+                    break
+                ask = min(self._n, ask + 2 * (k - len(live)) + len(found) - len(live))
+                found = np.fromiter(tree.nearest(box, ask), dtype=np.int64)
+            if len(live) <= k:
+                return live
+            # As the tree without the tombstones answers: the k nearest and those tied with the k-th,
+            # by libspatialindex's own distance (Region::getMinimumDistance).
+            entries = self._boxes[np.searchsorted(self._ids, live)]
+            low, high = np.asarray(box[:3], np.float64), np.asarray(box[3:], np.float64)
+            gap = np.where(high < entries[:, :3], entries[:, :3] - high,
+                           np.where(low > entries[:, 3:], low - entries[:, 3:], 0.0))
+            distance = np.sqrt((gap * gap).sum(axis=1))
+            kth = np.partition(distance, k - 1)[k - 1]
+            nearest: np.ndarray = live[distance <= kth]
+            return nearest
 
     def count(self, box: Box) -> int:
         """How many entries intersect ``box``, without listing them."""
         with self._lock:
-            return int(self._ready_tree().count(box)) if len(self._ids) else 0
+            if not len(self._ids):
+                return 0
+            total = int(self._ready_tree().count(box))
+            if len(self._dead):
+                low, high = np.asarray(box[:3], np.float64), np.asarray(box[3:], np.float64)
+                dead = self._dead_boxes
+                total -= int(((dead[:, :3] <= high) & (dead[:, 3:] >= low)).all(axis=1).sum())
+            return total
 
     def ids(self) -> np.ndarray:
-        """Every id held, ascending."""
+        """Every live id held, ascending."""
         with self._lock:
-            return self._ids
+            return self._live(self._ids)
 
     def _set(self, ids: np.ndarray, boxes: np.ndarray, tree_now: bool) -> None:
         with self._lock:
@@ -234,6 +350,7 @@ class SpatialIndex:
                 self._built.wait()
             order = np.argsort(ids, kind="stable")
             self._replace(ids[order], boxes[order])
+            self._set_dead(np.empty(0, np.int64))
             self._pending = []
             self._tree, self._tree_size = (_bulk_tree(self._ids, self._boxes), len(self._ids)) if tree_now else (None, 0)
             self.high_water = int(self._ids[-1]) if len(self._ids) else 0
@@ -247,11 +364,12 @@ class SpatialIndex:
         with self._lock:
             if not self.dirty and list_snapshots(folder, self.name, "npz"):
                 return
-            ids, boxes, mark = self._ids, self._boxes, self.high_water
+            ids, boxes, mark, dead = self._ids, self._boxes, self.high_water, self._dead
 
             def writer(path: str) -> None:
+                keep = ~_in_sorted(ids, dead)  # tombstones are not saved: the snapshot holds live entries
                 buffer = io.BytesIO()
-                np.savez(buffer, ids=ids, boxes=boxes)
+                np.savez(buffer, ids=ids[keep], boxes=boxes[keep])
                 with open(path, "wb") as handle:
                     handle.write(buffer.getvalue())
 
@@ -285,7 +403,7 @@ class SpatialIndex:
         """Make the index hold exactly ``expected`` ids; ``fetch`` gives boxes of missing ones."""
         expected = np.asarray(expected, dtype=np.int64)
         with self._lock:
-            listed = self._ids
+            listed = self._live(self._ids)
             extra = np.setdiff1d(listed, expected, assume_unique=True)
             missing = np.setdiff1d(expected, listed, assume_unique=True)
             if len(extra):

@@ -5,14 +5,15 @@ SQLite each row costs more to turn into Python objects than the query costs
 to find it. The places table holds one row per text per 0.5 m cell (a few
 tens of thousands for a building, however long the robot runs), so it is
 mirrored whole: read once, then only the cells a commit touched are read
-again, before the next query answers.
+again, before the next query answers, and rows a commit deleted (archival,
+forget) are dropped from the columns, not read again.
 
 Exactness: every writer that upserts places goes through
 ``MemoryStore.upsert_places``, whose keys are recorded in ``PlaceChanges``
 after the transaction commits. A reader takes the change sequence before
 it reads rows, so a commit racing with the read is re-read later, never
-missed. Deleting places (archival) calls ``reset``: everything is read
-again; so does a cache that fell behind the bounded change log. A table too
+missed. Deleted places are recorded as ``(place_id,)`` entries in the same
+log; a cache that fell behind the bounded change log reads everything again. A table too
 big to mirror (``MAX_ROWS``) is queried in SQLite instead, with the same
 results.
 """
@@ -36,6 +37,8 @@ from emem_ros.storage.sqlutil import chunked, marks
 log = logging.getLogger(__name__)
 
 Key = PlaceKey
+Change = tuple[Any, ...]
+"""A place key (upserted row) or ``(place_id,)`` (deleted row)."""
 Reader = Callable[[], sqlite3.Connection]
 
 COLUMNS = "id, text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id, cx, cy, cz"
@@ -52,14 +55,14 @@ class PlaceChanges:
     def __init__(self, capacity: int = MAX_CHANGES) -> None:
         self._lock = threading.Lock()
         self._capacity = capacity
-        self._keys: deque[Key] = deque()
+        self._keys: deque[Change] = deque()
         self._first = 0  # sequence number of self._keys[0]
         self.seq = 0
         """Keys recorded so far (grows by one per key)."""
         self.epoch = 0
         """Bumped by ``reset``: rows were deleted, every cache must read again."""
 
-    def record(self, keys: Sequence[Key]) -> None:
+    def record(self, keys: Sequence[Change]) -> None:
         with self._lock:
             self._keys.extend(keys)
             self.seq += len(keys)
@@ -71,7 +74,7 @@ class PlaceChanges:
         with self._lock:
             self.epoch += 1
 
-    def since(self, seq: int, epoch: int) -> tuple[Optional[list[Key]], int, int]:
+    def since(self, seq: int, epoch: int) -> tuple[Optional[list[Change]], int, int]:
         """(keys recorded after ``seq`` or None when they are no longer known, seq, epoch)."""
         with self._lock:
             if epoch != self.epoch or seq < self._first:
@@ -175,10 +178,10 @@ class PlaceCache:
     def on_commit(self, commit: Commit) -> None:
         """The store committed: remember the cells it wrote; deleted rows mean reading everything again."""
         try:
+            if commit.removed_places:  # first: a key touched in the same commit belongs to a surviving row
+                self.changes.record([(int(place_id),) for place_id in commit.removed_places])
             if commit.touched_places:
                 self.changes.record(commit.touched_places)
-            if commit.removed_places:
-                self.changes.reset()
         except Exception:  # committed: a failing cache must not make the caller retry the write
             log.exception("the place cache could not record a commit; clearing it")
             self.clear()
@@ -250,7 +253,31 @@ class PlaceCache:
             self._layer_names.append(layer)
         return code
 
-    def _apply(self, keys: list[Key]) -> None:
+    def _remove(self, place_ids: list[int]) -> None:
+        """Drop deleted rows from the columns (ids never come back: AUTOINCREMENT); per-text views rebuild."""
+        if not self._n:
+            return
+        held = self._cols["id"][:self._n]
+        gone = np.unique(np.asarray(place_ids, dtype=np.int64))
+        at = np.minimum(np.searchsorted(held, gone), self._n - 1)
+        at = at[held[at] == gone]
+        if not len(at):
+            return
+        keep = np.ones(self._n, dtype=bool)
+        keep[at] = False
+        n = int(keep.sum())
+        for column in self._cols.values():
+            column[:n] = column[:self._n][keep]
+        self._n = n
+        self._by_text, self._by_text_cell, self._grid = {}, {}, None
+
+    def _apply(self, changes: list[Change]) -> None:
+        removed = [key[0] for key in changes if len(key) == 1]
+        if removed:
+            self._remove(removed)
+        keys: list[Key] = [key for key in changes if len(key) != 1]
+        if not keys:
+            return
         unique = list(dict.fromkeys(keys))
         found: list[tuple[Any, ...]] = []
         conn = self._reader()

@@ -16,6 +16,7 @@ from typing import Optional
 
 from emem_ros.storage.events import Announcement
 from emem_ros.storage.logcodec import Statement
+from emem_ros.storage.writer_lock import WriterLock
 
 
 class TextCache:
@@ -68,8 +69,8 @@ class ObservationIds:
 class StoreState:
     conn: sqlite3.Connection
     """The one writer connection (readers have their own: ``MemoryStore.reader``)."""
-    write_lock: threading.RLock
-    """Held by every write transaction and by the derived-index updates after it."""
+    write_lock: WriterLock
+    """Held by every write transaction and by the derived-index updates after it (holds timed per caller)."""
     text_cache: TextCache
     ids: ObservationIds = field(default_factory=lambda: ObservationIds(0))
     deferred: list[tuple[int, list[Statement]]] = field(default_factory=list)

@@ -48,6 +48,7 @@ from emem_ros.storage.schema import migrate
 from emem_ros.storage.state import ObservationIds, StoreState, TextCache
 from emem_ros.storage.text_names import TextNames
 from emem_ros.storage.transactions import TransactionsMixin
+from emem_ros.storage.writer_lock import WriterLock
 
 __all__ = ["MemoryStore", "NewObservation", "Place", "WriteReport", "EmbedFn", "VECTOR_TABLES",
            "OBSERVATION_COLUMNS", "check_db_path"]
@@ -96,7 +97,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self.state = StoreState(self._connect(), threading.RLock(), TextCache(config.embedding_cache_size))
+        self.state = StoreState(self._connect(), WriterLock(), TextCache(config.embedding_cache_size))
         """What the store's parts share (see ``state.py``)."""
         self.commits = CommitFeed()
         """Told of each commit, after COMMIT, under the writer lock (see ``events.py``)."""

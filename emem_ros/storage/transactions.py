@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence, cast
 
@@ -22,6 +21,7 @@ from emem_ros.storage.base import StoreBase
 from emem_ros.storage.events import Announcement, Commit
 from emem_ros.storage.logcodec import Statement
 from emem_ros.storage.oplog import Record, RecordingConnection, apply_record
+from emem_ros.storage.writer_lock import WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class TransactionsMixin(StoreBase):
         return redone
 
     @property
-    def write_lock(self) -> threading.RLock:
+    def write_lock(self) -> WriterLock:
         return self.state.write_lock
 
     def checkpoint_log(self) -> Optional[int]:

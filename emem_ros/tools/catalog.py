@@ -60,6 +60,9 @@ class TextCatalog:
         self._store = store
         self._lock = threading.RLock()
         self._versions: dict[int, int] = {}
+        self._invalidated = 0
+        """Bumped by ``invalidate`` without the lock (a writer must never wait for a catalog build)."""
+        self._seen = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -75,10 +78,13 @@ class TextCatalog:
 
     # ------------------------------------------------------------------ freshness
     def invalidate(self) -> None:
-        """Forget everything; the next query rebuilds (call after archiving or deleting)."""
-        with self._lock:
-            self._reset()
-            self._versions.clear()
+        """Forget everything; the next query rebuilds (call after archiving or deleting).
+
+        Called by commit subscribers under the writer lock: it only bumps a
+        counter, never waits for a query building the catalog (at 1M
+        observations a build takes seconds); ``sync`` resets when it sees it.
+        """
+        self._invalidated += 1
 
     def sync(self) -> None:
         """Bring the catalog up to date with SQLite; a few microseconds when nothing changed."""
@@ -86,6 +92,11 @@ class TextCatalog:
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         key = id(conn)
         with self._lock:
+            invalidated = self._invalidated
+            if invalidated != self._seen:  # read before building: an invalidation during the build is seen next time
+                self._reset()
+                self._versions.clear()
+                self._seen = invalidated
             if self._built and self._versions.get(key) == version:
                 return
             if not self._built:
