@@ -152,31 +152,49 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool,
     labels = linked_labels(np.column_stack([centroid[:, :2], key_of * KEY_GAP]), SAME_OBJECT)
     groups = int(labels.max()) + 1
     row_index = np.arange(n_rows)
-    first_row = np.full(groups, n_rows, dtype=np.int64)
-    np.minimum.at(first_row, labels, row_index)
-    position = np.empty(groups, dtype=np.int64)  # index in group_places' order: key, then first member
-    position[np.lexsort((first_row, key_of[first_row]))] = np.arange(groups)
     totals = np.bincount(labels, weights=count, minlength=groups)
     weighted = centroid * count[:, None]  # Group.centroid: sum of p.centroid[i] * p.count, in row order
     mean = np.column_stack([np.bincount(labels, weights=weighted[:, i], minlength=groups) / totals
                             for i in range(3)])
-    g_first = np.full(groups, np.inf)
-    np.minimum.at(g_first, labels, first)
-    g_last = np.full(groups, -np.inf)
-    np.maximum.at(g_last, labels, last)
-    newest = np.full(groups, n_rows, dtype=np.int64)  # Group.newest: first place with the latest stamp
-    at_last = last == g_last[labels]
-    np.minimum.at(newest, labels[at_last], row_index[at_last])
     boxes: Optional[list[tuple[float, float, float, float]]] = None
-    if bounds:
-        sides = []
-        for axis in (0, 1):
-            low = np.full(groups, np.inf)
-            high = np.full(groups, -np.inf)
-            np.minimum.at(low, labels, centroid[:, axis])
-            np.maximum.at(high, labels, centroid[:, axis])
-            sides += [low.tolist(), high.tolist()]
-        boxes = list(zip(*sides))
+    if (labels[1:] >= labels[:-1]).all():
+        # Each group one run of rows (the usual case: a key's places are one group): per-run
+        # reductions instead of scattered ones; min and max do not depend on the order they run in.
+        first_row = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+        lead = key_of[first_row]
+        if (lead[1:] >= lead[:-1]).all():  # rows sorted by key: runs are in key, then first member order
+            position = np.arange(groups)
+        else:
+            position = np.empty(groups, dtype=np.int64)
+            position[np.lexsort((first_row, lead))] = np.arange(groups)
+        g_first = np.minimum.reduceat(first, first_row)
+        g_last = np.maximum.reduceat(last, first_row)
+        # Group.newest: the first place with the latest stamp
+        newest = np.minimum.reduceat(np.where(last == g_last[labels], row_index, n_rows), first_row)
+        if bounds:
+            boxes = list(zip(*(op.reduceat(centroid[:, axis], first_row).tolist()
+                               for axis in (0, 1) for op in (np.minimum, np.maximum))))
+    else:
+        first_row = np.full(groups, n_rows, dtype=np.int64)
+        np.minimum.at(first_row, labels, row_index)
+        position = np.empty(groups, dtype=np.int64)  # index in group_places' order: key, then first member
+        position[np.lexsort((first_row, key_of[first_row]))] = np.arange(groups)
+        g_first = np.full(groups, np.inf)
+        np.minimum.at(g_first, labels, first)
+        g_last = np.full(groups, -np.inf)
+        np.maximum.at(g_last, labels, last)
+        newest = np.full(groups, n_rows, dtype=np.int64)  # Group.newest: first place with the latest stamp
+        at_last = last == g_last[labels]
+        np.minimum.at(newest, labels[at_last], row_index[at_last])
+        if bounds:
+            sides = []
+            for axis in (0, 1):
+                low = np.full(groups, np.inf)
+                high = np.full(groups, -np.inf)
+                np.minimum.at(low, labels, centroid[:, axis])
+                np.maximum.at(high, labels, centroid[:, axis])
+                sides += [low.tolist(), high.tolist()]
+            boxes = list(zip(*sides))
     means, lasts, positions = mean.tolist(), g_last.tolist(), position.tolist()
     ranked = sorted((_distance(tuple(means[g]), center, three_d), -lasts[g], positions[g]) for g in range(groups))
     label_at = [0] * groups
