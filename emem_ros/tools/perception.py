@@ -145,8 +145,7 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool,
     one (``bounds=False``) it is left out.
     """
     n_rows = len(places)
-    text_ids, layers = places.text_id.tolist(), places.layer.tolist()
-    key_of = _first_seen_rank(places.text_id, places.layer, layers)
+    key_of = _first_seen_rank(places.text_id, places.layer)
     count, first, last = places.count, places.first, places.last
     centroid = np.column_stack([places.sx / count, places.sy / count, places.sz / count])  # Place.centroid
     labels = linked_labels(np.column_stack([centroid[:, :2], key_of * KEY_GAP]), SAME_OBJECT)
@@ -200,18 +199,19 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool,
     label_at = [0] * groups
     for g, pos in enumerate(positions):
         label_at[pos] = g
-    firsts, first_rows, newest_rows = g_first.tolist(), first_row.tolist(), newest.tolist()
-    totals_list, last_obs = totals.tolist(), places.last_obs.tolist()
+    # Per group only: the text and layer of its first row, the observation of its newest.
+    firsts, totals_list = g_first.tolist(), totals.tolist()
+    text_ids, layers = places.text_id[first_row].tolist(), places.layer[first_row].tolist()
+    last_obs = places.last_obs[newest].tolist()
     spots = []
     for _, _, pos in ranked:
         g = label_at[pos]
-        row = first_rows[g]
-        spots.append(_Spot(text_ids[row], layers[row], int(totals_list[g]), tuple(means[g]), firsts[g], lasts[g],
-                           last_obs[newest_rows[g]], boxes[g] if boxes is not None else None))
+        spots.append(_Spot(text_ids[g], layers[g], int(totals_list[g]), tuple(means[g]), firsts[g], lasts[g],
+                           last_obs[g], boxes[g] if boxes is not None else None))
     return ranked, spots
 
 
-def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: list[str]) -> np.ndarray:
+def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: Optional[list[str]] = None) -> np.ndarray:
     """Per row, the rank of its (text, layer) key in order of first appearance (0, 1, ... as met).
 
     The same numbers as ``rank.setdefault(key, len(rank))`` row by row, from a few array calls:
@@ -225,7 +225,7 @@ def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: list[st
             np.cumsum(~same_text | (layer[1:] != layer[:-1]), out=run[1:])
             return run
     code = np.zeros(len(layer), dtype=np.int64)
-    names = sorted(set(layer_list))
+    names = sorted(set(layer_list if layer_list is not None else layer.tolist()))
     for i, name in enumerate(names[1:], 1):
         code[layer == name] = i
     key = text_id.astype(np.int64) * len(names) + code
