@@ -125,3 +125,24 @@ def test_a_switched_off_cache_is_passed_by_but_still_counts_the_call(make_memory
     before = cache.bypassed
     assert "red mug" in memory.spatial_query(x=1.0, y=1.0, radius=2.0)
     assert cache.bypassed == before + 1
+
+
+def test_a_keyword_plan_reads_the_top_id_once_and_the_next_question_reads_it_again(make_memory):
+    memory = make_memory()
+    for i in range(5):
+        memory.add(f"red mug number {i} on the table", x=1.0, y=1.0, layer_name="detections")
+    memory.flush()
+    keywords = memory.tools.env.texts.keywords
+    conn = memory.store.reader()
+    first = keywords.search(conn, "red table", 3)  # warm: vocabulary view, memo
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        assert keywords.search(conn, "red table", 3) == first
+    finally:
+        conn.set_trace_callback(None)
+    assert sum("MAX(rowid)" in s for s in statements) == 1  # the plan's read serves its AND and OR passes
+    memory.add("a red table by the sink", x=6.0, y=1.0, layer_name="detections")
+    memory.flush()
+    newest = memory.store.reader().execute("SELECT id FROM texts WHERE text = 'a red table by the sink'").fetchone()[0]
+    assert newest in keywords.search(conn, "red table", 10)  # the memo moved with the top id
