@@ -146,3 +146,22 @@ def test_a_keyword_plan_reads_the_top_id_once_and_the_next_question_reads_it_aga
     memory.flush()
     newest = memory.store.reader().execute("SELECT id FROM texts WHERE text = 'a red table by the sink'").fetchone()[0]
     assert newest in keywords.search(conn, "red table", 10)  # the memo moved with the top id
+
+
+def test_body_readings_name_their_texts_from_the_store_memo(make_memory, clock):
+    memory = make_memory()
+    memory.add("battery 80%", layer_name="battery", source_type="interoception", value=0.8)
+    memory.flush()
+    first = memory.body_status()
+    assert "80" in first
+    conn = memory.store.reader()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        assert memory.body_status() == first
+    finally:
+        conn.set_trace_callback(None)
+    assert not any("FROM texts WHERE id IN" in s for s in statements)
+    memory.add("battery 75%", layer_name="battery", source_type="interoception", value=0.75)
+    memory.flush()
+    assert "75" in memory.body_status()  # a new reading's text is read once, then remembered

@@ -37,7 +37,6 @@ from emem_ros.consolidation.state import read_body_scales
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.numbers import finite_or_none
 from emem_ros.core.types import NodeKind, SourceType, make_id
-from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.results import BodyCrossing, BodyReading, BodyStatusResult
 
@@ -236,12 +235,8 @@ def _window_words(env: ToolEnv, after: Optional[float], before: Optional[float])
 
 # ---------------------------------------------------------------------- readings
 def _texts(env: ToolEnv, ids: Sequence[Optional[int]]) -> dict[int, str]:
-    wanted = sorted({i for i in ids if i is not None})
-    out: dict[int, str] = {}
-    conn = env.store.reader()
-    for chunk in chunked(wanted):
-        out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))})", chunk))
-    return out
+    """id -> text of the readings shown (the store's name memo: a reading's text is read from SQLite once)."""
+    return env.store.text_names.get(sorted({i for i in ids if i is not None}))
 
 
 def _reading(row: _Row, layer: str, text: Optional[str], levels: LayerLevels,
