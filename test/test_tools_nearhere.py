@@ -165,3 +165,47 @@ def test_body_readings_name_their_texts_from_the_store_memo(make_memory, clock):
     memory.add("battery 75%", layer_name="battery", source_type="interoception", value=0.75)
     memory.flush()
     assert "75" in memory.body_status()  # a new reading's text is read once, then remembered
+
+
+def test_a_hit_whose_observation_is_archived_afterwards_leaves_the_answer(make_memory):
+    """The episode/tier memo (tools/obs_refs) is dropped by a commit that updates observations."""
+    memory = make_memory(query_cache_enabled=False)
+    memory.start_episode("look around")
+    memory.add("red mug", x=1.0, y=1.0, layer_name="detections")
+    memory.add("green chair", x=1.5, y=1.0, layer_name="detections")
+    memory.end_episode(consolidate=False)
+    memory.flush()
+    before = memory.spatial_query(x=1.0, y=1.0, radius=2.0)
+    assert "red mug" in before and "green chair" in before and "ep-" in before
+    assert memory.spatial_query(x=1.0, y=1.0, radius=2.0) == before  # answered from the memo
+    with memory.store.write() as conn:  # archived (its place stays): only the memo can know
+        conn.execute("UPDATE observations SET tier = 'archived' WHERE text_id = (SELECT id FROM texts"
+                     " WHERE text = 'red mug')")
+    after = memory.spatial_query(x=1.0, y=1.0, radius=2.0)
+    assert "red mug" not in after and "green chair" in after
+
+
+def test_the_episode_memo_keeps_across_new_rows_and_drops_on_rewrites(make_memory):
+    from emem_ros.storage.events import Commit
+    from emem_ros.tools.obs_refs import ObservationRefs
+
+    memory = make_memory()
+    memory.add("red mug", x=1.0, y=1.0, layer_name="detections")
+    memory.flush()
+    conn = memory.store.reader()
+    (obs,) = conn.execute("SELECT id FROM observations").fetchone()
+    refs = ObservationRefs()
+    first = refs.get(conn, [obs, 10**9])
+    assert list(first) == [obs]  # a missing row is left out, as the SELECT leaves it out
+    tier = first[obs][1]
+    assert tier != "archived"
+    with memory.store.write() as w:
+        w.execute("UPDATE observations SET tier = 'archived' WHERE id = ?", (obs,))
+    refs.on_commit(Commit(statements=[("INSERT INTO observations(text_id) VALUES (?)", (1,), None)]))
+    assert refs.get(conn, [obs])[obs][1] == tier  # new rows leave remembered ones as they were
+    refs.on_commit(Commit(statements=[("UPDATE observations SET tier = ? WHERE id = ?", ("archived", obs), None)]))
+    assert refs.get(conn, [obs])[obs][1] == "archived"
+    with memory.store.write() as w:
+        w.execute("UPDATE observations SET tier = ? WHERE id = ?", (tier, obs))
+    refs.on_commit(Commit(statements=None))  # a transaction nobody described: assume the worst
+    assert refs.get(conn, [obs])[obs][1] == tier

@@ -239,9 +239,7 @@ def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, tuple]:
     """(episode_id, tier) of the observations a batch of hits will show, in one query."""
     if not obs_ids:
         return {}
-    slots = marks(len(obs_ids))
-    return {row[0]: row[1:] for row in env.store.reader().execute(
-        f"SELECT id, episode_id, tier FROM observations WHERE id IN ({slots})", obs_ids)}
+    return dict(env.obs_refs.get(env.store.reader(), obs_ids))
 
 
 def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> PlaceArrays:
