@@ -59,7 +59,6 @@ emem_ros.tools.context current_position
 emem_ros.memfs.notes pinned_near
 emem_ros.tools.perception _scan_window
 emem_ros.tools.ranking text_hits
-emem_ros.tools.locate _located_text_hits
 emem_ros.storage.place_cache PlaceCache.near
 emem_ros.storage.place_cache PlaceCache.nearest
 emem_ros.storage.place_cache PlaceCache.of_texts
