@@ -54,6 +54,11 @@ emem_ros.tools.placement measured_placements
 emem_ros.tools.placement explained
 emem_ros.tools.clusters linked_labels
 emem_ros.tools.knowledge entities_near
+emem_ros.tools.body body_status
+emem_ros.tools.context current_position
+emem_ros.memfs.notes pinned_near
+emem_ros.tools.perception _scan_window
+emem_ros.tools.ranking text_hits
 emem_ros.storage.place_cache PlaceCache.near
 emem_ros.storage.place_cache PlaceCache.nearest
 emem_ros.storage.place_cache PlaceCache.of_texts

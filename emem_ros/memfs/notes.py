@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import emem_ros.memfs.tables as tables
 from emem_ros.memfs.records import NODE_COLUMNS, Node
+from emem_ros.storage.sqlutil import marks
 
 if TYPE_CHECKING:
     from emem_ros.storage.store import MemoryStore
 
 SHARED = ("/memory/", "/mnt/")
 LIMIT = 5
+PER_ENTITY = 20
+"""Notes read at most per entity."""
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,21 @@ def pinned_near(store: "MemoryStore", position: Optional[tuple[float, ...]], rad
             d = math.hypot(node.place[0] - x, node.place[1] - y)
             if d <= radius:
                 found[node.path] = _note(store, node, round(d, 2))
-    ids = [e for e in entity_ids if e]
-    for entity in ids[:20]:
-        for row in conn.execute(f"SELECT {NODE_COLUMNS} FROM fs_nodes WHERE entity_id = ? AND kind = 'file' LIMIT 20",
-                                (entity,)):
-            node = Node.from_row(row)
-            if node.path.startswith(SHARED) and node.path not in found:
-                found[node.path] = _note(store, node, None)
+    ids = list(dict.fromkeys([e for e in entity_ids if e][:20]))
+    if ids:
+        # One statement for every entity (rows by entity, then id: the entity index's order), then at
+        # most PER_ENTITY of each, in the order the entities were given.
+        per: dict[str, list[Any]] = {}
+        for row in conn.execute(f"SELECT {NODE_COLUMNS} FROM fs_nodes WHERE entity_id IN ({marks(len(ids))})"
+                                " AND kind = 'file' ORDER BY entity_id, id", ids):
+            mine = per.setdefault(row[-1], [])
+            if len(mine) < PER_ENTITY:
+                mine.append(row)
+        for entity in ids:
+            for row in per.get(entity, ()):
+                node = Node.from_row(row)
+                if node.path.startswith(SHARED) and node.path not in found:
+                    found[node.path] = _note(store, node, None)
     notes = sorted(found.values(), key=lambda n: (n.distance is None, n.distance or 0.0, n.path))
     return notes[:limit]
 

@@ -65,9 +65,13 @@ class MemoryTools:
         tool = self._defs.get(name)
         if tool is None:
             raise InvalidInputError(f"there is no tool named {name!r}; tools: {', '.join(self._defs)}")
-        if not args and (self.cache is None or tool.cache is None) and _binds(tool, kwargs):
-            # what binding would pass, without building it: the same check and gate as below
+        cache = self.cache
+        if not args and (cache is None or tool.cache is None or not cache.enabled) and _binds(tool, kwargs):
+            # what binding would pass, without building it: the same check and gate as below (a switched-off
+            # cache would only count the call as bypassed)
             checked = self._checked(name, tool, kwargs)
+            if cache is not None and tool.cache is not None:
+                cache.bypassed += 1
             if tool.kind != "query":
                 return self._noted(tool.run(self.env, **checked))
             with self.env.engine.questions.asking():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Optional
 
 import numpy as np
 
@@ -86,7 +87,7 @@ KEY_GAP = 1e9
 """Offset between keys on the third axis: far beyond any link, so keys never pair up."""
 
 
-def linked_labels(points: np.ndarray, link: float) -> np.ndarray:
+def linked_labels(points: np.ndarray, link: float, tree: Any = None) -> np.ndarray:
     """Single-linkage labels (distance <= link), numbered by each component's first point.
 
     Pairs come from a k-d tree; components from a few rounds of hooking
@@ -98,31 +99,45 @@ def linked_labels(points: np.ndarray, link: float) -> np.ndarray:
     its lowest point, and the labels are numbered like the dense labels
     of ``components``.
     """
-    from scipy.spatial import cKDTree
-
     n = len(points)
-    # An unbalanced, uncompacted tree builds faster and finds the same pairs (a few hundred points).
-    pairs = cKDTree(points, balanced_tree=False, compact_nodes=False).query_pairs(link, output_type="ndarray")
-    labels = np.arange(n)
-    if len(pairs):
-        a, b = pairs[:, 0], pairs[:, 1]
-        for _ in range(PROPAGATION_ROUNDS):
-            at_a, at_b = labels[a], labels[b]
-            apart = at_a != at_b
-            if not apart.any():
-                break
-            at_a, at_b = at_a[apart], at_b[apart]
-            np.minimum.at(labels, np.maximum(at_a, at_b), np.minimum(at_a, at_b))
-            while True:  # every label to its root
-                jumped = labels[labels]
-                if np.array_equal(jumped, labels):
-                    break
-                labels = jumped
-        else:
-            return _connected(pairs, n)
+    if tree is None:
+        tree = kd_tree(points)
+    pairs = tree.query_pairs(link, output_type="ndarray")
+    labels = _roots(pairs, n)
+    if labels is None:
+        return _connected(pairs, n)
     # The roots (points labelled with themselves) numbered in order: np.unique's inverse, without a sort.
     number = np.cumsum(labels == np.arange(n)) - 1
     return number[labels].astype(np.int64)
+
+
+def kd_tree(points: np.ndarray) -> Any:
+    """A k-d tree over the points for ``linked_labels`` (one tree can answer several link distances)."""
+    from scipy.spatial import cKDTree
+
+    # An unbalanced, uncompacted tree builds faster and finds the same pairs (a few hundred points).
+    return cKDTree(points, balanced_tree=False, compact_nodes=False)
+
+
+def _roots(pairs: np.ndarray, n: int) -> Optional[np.ndarray]:
+    """Per point, the lowest point of its component under ``pairs`` (None: more rounds than allowed)."""
+    labels = np.arange(n)
+    if not len(pairs):
+        return labels
+    a, b = pairs[:, 0], pairs[:, 1]
+    for _ in range(PROPAGATION_ROUNDS):
+        at_a, at_b = labels[a], labels[b]
+        apart = at_a != at_b
+        if not apart.any():
+            return labels
+        at_a, at_b = at_a[apart], at_b[apart]
+        np.minimum.at(labels, np.maximum(at_a, at_b), np.minimum(at_a, at_b))
+        while True:  # every label to its root
+            jumped = labels[labels]
+            if np.array_equal(jumped, labels):
+                break
+            labels = jumped
+    return None
 
 
 PROPAGATION_ROUNDS = 10
@@ -163,6 +178,22 @@ def link_clusters(places: list[Place], link: float) -> list[list[Place]]:
     for i, p in enumerate(places):
         clusters.setdefault(root(i), []).append(p)
     return list(clusters.values())
+
+
+class Linker:
+    """``components`` of one set of points at several link distances, the k-d tree built once."""
+
+    def __init__(self, xy: np.ndarray) -> None:
+        self.xy = xy
+        self._tree: Any = None
+
+    def components(self, link: float) -> np.ndarray:
+        if len(self.xy) <= SMALL:
+            return components(self.xy, link)
+        points = np.asarray(self.xy, dtype=np.float64)[:, :2]
+        if self._tree is None:
+            self._tree = kd_tree(points)
+        return linked_labels(points, link, self._tree)
 
 
 def components(xy: np.ndarray, link: float) -> np.ndarray:

@@ -16,6 +16,7 @@ from emem_ros.storage.events import Commit
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters, area, episode_number
 from emem_ros.tools.obs_kinds import ObservationKinds
+from emem_ros.tools.obs_refs import ObservationRefs
 from emem_ros.tools.ranking import GistRanker, TextRanker
 from emem_ros.tools.reads import ToolReads
 from emem_ros.tools.results import fmt_time
@@ -40,10 +41,12 @@ class ToolEnv:
         self.texts = TextRanker(engine.store, self.catalog)
         self.gists = GistRanker(engine.store, self.catalog)
         self.obs_kinds = ObservationKinds()
+        self.obs_refs = ObservationRefs()
         self.text_vectors = TextVectors(engine.store)
         self.texts.vectors = self.text_vectors.get
         engine.store.commits.subscribe(self._on_commit)
         engine.store.commits.subscribe(self.obs_kinds.on_commit)
+        engine.store.commits.subscribe(self.obs_refs.on_commit)
 
     def _on_commit(self, commit: Commit) -> None:
         """Rows left the hot tables or arrived out of order: the per-text catalog is rebuilt on next use.

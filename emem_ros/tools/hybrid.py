@@ -12,8 +12,7 @@ import math
 import re
 import sqlite3
 import threading
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from emem_ros.storage.sqlutil import marks
@@ -89,18 +88,28 @@ class KeywordIndex:
             self._memo.clear()
             self._memo_key = None
 
-    def _remembered(self, conn: sqlite3.Connection, what: tuple[object, ...], compute: Callable[[], Any]) -> Any:
+    def _top(self, conn: sqlite3.Connection) -> Optional[int]:
+        """The content table's highest id (None without a content table: nothing is remembered)."""
+        if self._content is None:
+            return None
+        return int(conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {self._content}").fetchone()[0])
+
+    def _remembered(self, conn: sqlite3.Connection, what: tuple[object, ...], compute: Callable[[], Any],
+                    top: Optional[int] = None) -> Any:
         """``compute()`` (an immutable value), remembered while the table only grew and its top id stood still.
 
         Every answer here is a function of the table's rows alone (BM25 uses the table's own statistics);
-        rows are only inserted with growing ids, and deletions call ``forget``.
+        rows are only inserted with growing ids, and deletions call ``forget``. ``top``: the highest id as
+        read earlier in the same question (``plan``, then ``run``): a value computed after it is never older
+        than it, and a later question reads a larger top if rows came meanwhile, so one read serves both.
         """
         if self._content is None:
             return compute()
         with self._memo_lock:
             generation = self._generation
-        top = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {self._content}").fetchone()[0]
-        key = (generation, int(top))
+        if top is None:
+            top = self._top(conn)
+        key = (generation, int(top or 0))
         with self._memo_lock:
             if self._memo_key == key:
                 known = self._memo.get(what)
@@ -117,18 +126,19 @@ class KeywordIndex:
                 self._memo[what] = value
         return value
 
-    def _document_frequency(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
+    def _document_frequency(self, conn: sqlite3.Connection, tokens: Sequence[str],
+                            top: Optional[int] = None) -> dict[str, int]:
         """Per token, the documents holding it (or a stem guess of it)."""
         items = self._remembered(conn, ("df", *tokens),
-                                 lambda: tuple(self._document_frequency_sql(conn, tokens).items()))
+                                 lambda: tuple(self._document_frequency_sql(conn, tokens).items()), top)
         return dict(items)
 
-    def _ids(self, conn: sqlite3.Connection, sql: str, match: str, limit: int) -> list[int]:
+    def _ids(self, conn: sqlite3.Connection, sql: str, match: str, limit: int, top: Optional[int] = None) -> list[int]:
         """Row ids of one MATCH statement (no extra condition), remembered like the frequencies (short lists)."""
         if limit > MEMO_IDS:
             return [r[0] for r in conn.execute(sql, (match, limit))]
         rows = self._remembered(conn, (sql, match, limit),
-                                lambda: tuple(r[0] for r in conn.execute(sql, (match, limit))))
+                                lambda: tuple(r[0] for r in conn.execute(sql, (match, limit))), top)
         return list(rows)
 
     def _document_frequency_sql(self, conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
@@ -164,7 +174,8 @@ class KeywordIndex:
         tokens = query_tokens(query)
         if not tokens:
             return None
-        df = self._document_frequency(conn, tokens)  # 0 also when the stem guess missed
+        top = self._top(conn)
+        df = self._document_frequency(conn, tokens, top)  # 0 also when the stem guess missed
         budget, chosen = DF_BUDGET, list[str]()
         for token in sorted(tokens, key=lambda t: df[t]):
             if df[token] > DF_CEILING or (chosen and df[token] > budget):
@@ -175,7 +186,7 @@ class KeywordIndex:
         if not chosen and every is None:
             return None
         return KeywordPlan(every, " OR ".join(_quoted(chosen)) if chosen else None,
-                           every_by_bm25=sum(df.values()) <= DF_CEILING)
+                           every_by_bm25=sum(df.values()) <= DF_CEILING, top=top)
 
     def run(self, conn: sqlite3.Connection, plan: "KeywordPlan", limit: int, where: str = "",
             params: Sequence[object] = ()) -> list[int]:
@@ -191,7 +202,8 @@ class KeywordIndex:
             def ids(sql: str, match: str, n: int) -> list[int]:
                 return [r[0] for r in conn.execute(sql, (match, *params, n))]
         else:
-            ids = partial(self._ids, conn)
+            def ids(sql: str, match: str, n: int) -> list[int]:
+                return self._ids(conn, sql, match, n, plan.top)
         found: list[int] = []
         if plan.every:
             if plan.every_by_bm25:
@@ -216,14 +228,14 @@ class KeywordIndex:
         found: list[int] = []
         if plan.every:
             if plan.every_by_bm25:
-                found = self._ids(conn, ranked, plan.every, limit)
+                found = self._ids(conn, ranked, plan.every, limit, plan.top)
             else:
-                found = self._ids(conn, newest, plan.every, min(limit, AND_DEPTH))
+                found = self._ids(conn, newest, plan.every, min(limit, AND_DEPTH), plan.top)
         yield from found[:limit]
         if plan.any and len(found) < limit:
             seen = set(found)
             given = len(found)
-            for rowid in self._ids(conn, ranked, plan.any, limit + len(found)):
+            for rowid in self._ids(conn, ranked, plan.any, limit + len(found), plan.top):
                 if rowid not in seen:
                     seen.add(rowid)
                     yield rowid
@@ -245,6 +257,8 @@ class KeywordPlan:
     """The affordable words (OR), or None when every word is too common."""
     every_by_bm25: bool = True
     """Order the AND matches by BM25 (affordable) or newest first (common words)."""
+    top: Optional[int] = field(default=None, compare=False)
+    """The content table's highest id when the plan was made (``KeywordIndex._remembered``)."""
 
 
 @dataclass

@@ -37,7 +37,6 @@ import numpy as np
 from emem_ros.core.types import NodeKind, make_id, rounded
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE
-from emem_ros.storage.sqlutil import marks
 from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.env import ToolEnv
@@ -328,9 +327,7 @@ def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: di
     for key in set(zip(cluster.text_id.tolist(), cluster.layer.tolist())):
         groups[key] = (cluster.text_id == key[0]) & (cluster.layer == key[1])
     newest = {key: int(cluster.last_obs[mask][np.argmax(cluster.last[mask])]) for key, mask in groups.items()}
-    slots = marks(len(newest))
-    episodes = dict(env.store.reader().execute(
-        f"SELECT id, episode_id FROM observations WHERE id IN ({slots})", list(newest.values())).fetchall())
+    episodes = {obs: ref[0] for obs, ref in env.obs_refs.get(env.store.reader(), list(newest.values())).items()}
     hits = []
     for (text_id, layer), mask in groups.items():
         count = cluster.count[mask]

@@ -147,55 +147,73 @@ def _rank_many(places: PlaceArrays, center: Position, three_d: bool,
     one (``bounds=False``) it is left out.
     """
     n_rows = len(places)
-    text_ids, layers = places.text_id.tolist(), places.layer.tolist()
-    key_of = _first_seen_rank(places.text_id, places.layer, layers)
+    key_of = _first_seen_rank(places.text_id, places.layer)
     count, first, last = places.count, places.first, places.last
     centroid = np.column_stack([places.sx / count, places.sy / count, places.sz / count])  # Place.centroid
     labels = linked_labels(np.column_stack([centroid[:, :2], key_of * KEY_GAP]), SAME_OBJECT)
     groups = int(labels.max()) + 1
     row_index = np.arange(n_rows)
-    first_row = np.full(groups, n_rows, dtype=np.int64)
-    np.minimum.at(first_row, labels, row_index)
-    position = np.empty(groups, dtype=np.int64)  # index in group_places' order: key, then first member
-    position[np.lexsort((first_row, key_of[first_row]))] = np.arange(groups)
     totals = np.bincount(labels, weights=count, minlength=groups)
     weighted = centroid * count[:, None]  # Group.centroid: sum of p.centroid[i] * p.count, in row order
     mean = np.column_stack([np.bincount(labels, weights=weighted[:, i], minlength=groups) / totals
                             for i in range(3)])
-    g_first = np.full(groups, np.inf)
-    np.minimum.at(g_first, labels, first)
-    g_last = np.full(groups, -np.inf)
-    np.maximum.at(g_last, labels, last)
-    newest = np.full(groups, n_rows, dtype=np.int64)  # Group.newest: first place with the latest stamp
-    at_last = last == g_last[labels]
-    np.minimum.at(newest, labels[at_last], row_index[at_last])
     boxes: Optional[list[tuple[float, float, float, float]]] = None
-    if bounds:
-        sides = []
-        for axis in (0, 1):
-            low = np.full(groups, np.inf)
-            high = np.full(groups, -np.inf)
-            np.minimum.at(low, labels, centroid[:, axis])
-            np.maximum.at(high, labels, centroid[:, axis])
-            sides += [low.tolist(), high.tolist()]
-        boxes = list(zip(*sides))
+    if (labels[1:] >= labels[:-1]).all():
+        # Each group one run of rows (the usual case: a key's places are one group): per-run
+        # reductions instead of scattered ones; min and max do not depend on the order they run in.
+        first_row = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+        lead = key_of[first_row]
+        if (lead[1:] >= lead[:-1]).all():  # rows sorted by key: runs are in key, then first member order
+            position = np.arange(groups)
+        else:
+            position = np.empty(groups, dtype=np.int64)
+            position[np.lexsort((first_row, lead))] = np.arange(groups)
+        g_first = np.minimum.reduceat(first, first_row)
+        g_last = np.maximum.reduceat(last, first_row)
+        # Group.newest: the first place with the latest stamp
+        newest = np.minimum.reduceat(np.where(last == g_last[labels], row_index, n_rows), first_row)
+        if bounds:
+            boxes = list(zip(*(op.reduceat(centroid[:, axis], first_row).tolist()
+                               for axis in (0, 1) for op in (np.minimum, np.maximum))))
+    else:
+        first_row = np.full(groups, n_rows, dtype=np.int64)
+        np.minimum.at(first_row, labels, row_index)
+        position = np.empty(groups, dtype=np.int64)  # index in group_places' order: key, then first member
+        position[np.lexsort((first_row, key_of[first_row]))] = np.arange(groups)
+        g_first = np.full(groups, np.inf)
+        np.minimum.at(g_first, labels, first)
+        g_last = np.full(groups, -np.inf)
+        np.maximum.at(g_last, labels, last)
+        newest = np.full(groups, n_rows, dtype=np.int64)  # Group.newest: first place with the latest stamp
+        at_last = last == g_last[labels]
+        np.minimum.at(newest, labels[at_last], row_index[at_last])
+        if bounds:
+            sides = []
+            for axis in (0, 1):
+                low = np.full(groups, np.inf)
+                high = np.full(groups, -np.inf)
+                np.minimum.at(low, labels, centroid[:, axis])
+                np.maximum.at(high, labels, centroid[:, axis])
+                sides += [low.tolist(), high.tolist()]
+            boxes = list(zip(*sides))
     means, lasts, positions = mean.tolist(), g_last.tolist(), position.tolist()
     ranked = sorted((_distance(tuple(means[g]), center, three_d), -lasts[g], positions[g]) for g in range(groups))
     label_at = [0] * groups
     for g, pos in enumerate(positions):
         label_at[pos] = g
-    firsts, first_rows, newest_rows = g_first.tolist(), first_row.tolist(), newest.tolist()
-    totals_list, last_obs = totals.tolist(), places.last_obs.tolist()
+    # Per group only: the text and layer of its first row, the observation of its newest.
+    firsts, totals_list = g_first.tolist(), totals.tolist()
+    text_ids, layers = places.text_id[first_row].tolist(), places.layer[first_row].tolist()
+    last_obs = places.last_obs[newest].tolist()
     spots = []
     for _, _, pos in ranked:
         g = label_at[pos]
-        row = first_rows[g]
-        spots.append(_Spot(text_ids[row], layers[row], int(totals_list[g]), tuple(means[g]), firsts[g], lasts[g],
-                           last_obs[newest_rows[g]], boxes[g] if boxes is not None else None))
+        spots.append(_Spot(text_ids[g], layers[g], int(totals_list[g]), tuple(means[g]), firsts[g], lasts[g],
+                           last_obs[g], boxes[g] if boxes is not None else None))
     return ranked, spots
 
 
-def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: list[str]) -> np.ndarray:
+def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: Optional[list[str]] = None) -> np.ndarray:
     """Per row, the rank of its (text, layer) key in order of first appearance (0, 1, ... as met).
 
     The same numbers as ``rank.setdefault(key, len(rank))`` row by row, from a few array calls:
@@ -209,7 +227,7 @@ def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: list[st
             np.cumsum(~same_text | (layer[1:] != layer[:-1]), out=run[1:])
             return run
     code = np.zeros(len(layer), dtype=np.int64)
-    names = sorted(set(layer_list))
+    names = sorted(set(layer_list if layer_list is not None else layer.tolist()))
     for i, name in enumerate(names[1:], 1):
         code[layer == name] = i
     key = text_id.astype(np.int64) * len(names) + code
@@ -223,9 +241,7 @@ def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, tuple]:
     """(episode_id, tier) of the observations a batch of hits will show, in one query."""
     if not obs_ids:
         return {}
-    slots = marks(len(obs_ids))
-    return {row[0]: row[1:] for row in env.store.reader().execute(
-        f"SELECT id, episode_id, tier FROM observations WHERE id IN ({slots})", obs_ids)}
+    return dict(env.obs_refs.get(env.store.reader(), obs_ids))
 
 
 def _places_near(env: ToolEnv, f: Filters, n: int, three_d: bool) -> PlaceArrays:

@@ -40,7 +40,7 @@ from emem_ros.geometry.uncertainty import (
     normal_quantile,
     pose_region,
 )
-from emem_ros.tools.clusters import components
+from emem_ros.tools.clusters import Linker
 
 MEASURED = "measured"
 BEARINGS = "bearings"
@@ -101,10 +101,11 @@ class PlaceLike(Protocol):
 def link_places(xy: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Cluster labels: places within ``LINK``; at room scale (``ROOM_LINK``) when no spot holds most weight
     (a room-sized concept seen from several spots, "kitchen") and that gathers more."""
-    labels = components(xy, LINK)
+    linker = Linker(xy)
+    labels = linker.components(LINK)
     total = np.bincount(labels, weights=weight)
     if total.max() < 0.5 * total.sum():
-        wide = components(xy, ROOM_LINK)
+        wide = linker.components(ROOM_LINK)
         wide_total = np.bincount(wide, weights=weight)
         if wide_total.max() > total.max():
             return wide

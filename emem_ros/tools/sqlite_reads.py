@@ -13,7 +13,6 @@ from typing import Any, Optional, Sequence
 from emem_ros.consolidation.state import read_body_scales
 from emem_ros.core.types import Position, SourceType
 from emem_ros.memfs.notes import pinned_near
-from emem_ros.storage.sqlutil import chunked, marks
 from emem_ros.tools import context, episodes, knowledge, locate, perception
 from emem_ros.tools.aggregate import Aggregator
 from emem_ros.tools.env import ToolEnv
@@ -76,12 +75,8 @@ class SqliteBodyRows:
         return tuple(row) if row is not None and row[0] is not None else None
 
     def texts(self, ids: Sequence[int]) -> dict[int, str]:
-        wanted = sorted({i for i in ids if i is not None})
-        out: dict[int, str] = {}
-        conn = self._env.store.reader()
-        for chunk in chunked(wanted):
-            out.update(conn.execute(f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))})", chunk))
-        return out
+        """The store's name memo: a reading's text is read from SQLite once."""
+        return self._env.store.text_names.get(sorted({i for i in ids if i is not None}))
 
 
 class SqliteReads:
