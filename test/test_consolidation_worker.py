@@ -84,7 +84,8 @@ def test_queries_and_ingest_complete_while_consolidation_is_held_inside_an_llm_c
 def test_close_with_pending_work_abandons_it_safely_and_resumes_on_open(tmp_path, clock):
     path = tmp_path / "m.db"
     gate = threading.Event()
-    memory = open_memory(path, clock, llm=PacedLLM(gate=gate), consolidation_close_timeout=0.2)
+    llm = PacedLLM(gate=gate)
+    memory = open_memory(path, clock, llm=llm, consolidation_close_timeout=0.2)
     patrol_into(memory, clock, 2000)
     memory.start_episode("errand")
     for i in range(30):
@@ -92,7 +93,13 @@ def test_close_with_pending_work_abandons_it_safely_and_resumes_on_open(tmp_path
     clock.now += 30
     age_past_window(memory, clock)
     blocked = memory.submit_maintenance()  # its first LLM call waits on the gate
-    assert memory.submit_maintenance() is blocked  # timer ticks coalesce while it waits
+    deadline = time.monotonic() + 10.0
+    while llm.calls == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert llm.calls >= 1 and blocked.running()
+    queued = memory.submit_maintenance()  # the next tick queues behind the running job...
+    assert queued is not blocked
+    assert memory.submit_maintenance() is queued  # ...and later ticks coalesce with it while it waits
     episode = memory.end_episode()
     assert memory.consolidation_status["pending_episodes"] == [1]
     started = time.perf_counter()
