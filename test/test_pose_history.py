@@ -193,7 +193,8 @@ def test_bad_construction_is_refused(kwargs):
 
 
 def test_writer_and_readers_on_threads():
-    history = PoseHistory(max_age=5.0)
+    # No extrapolation: a reader that sleeps while the writer prunes past its stamp gets None, not the edge pose.
+    history = PoseHistory(max_age=5.0, max_extrapolation=0.0)
     errors: list[BaseException] = []
     done = threading.Event()
 
