@@ -76,6 +76,35 @@ EXPERIENCE_COLUMNS = ("n", "id", "goal", "action", "result", "reflection", "succ
 """What ``experience_rows`` must return, in this order, for each id (read from the robot's file)."""
 
 
+SUMMARY_UPSERT = (
+    "new AS (SELECT * FROM ins WHERE text_id IS NOT NULL AND source_type <> 'interoception'), "
+    "sighted AS (INSERT INTO fleet.sightings AS s(text_id, robot_id, layer, count, first_stamp, last_stamp, "
+    "last_obs_id, last_position, last_episode) SELECT text_id, robot_id, layer, count(*), min(stamp), max(stamp), "
+    "(array_agg(id ORDER BY stamp DESC, id DESC))[1], (array_agg(position ORDER BY stamp DESC, id DESC))[1], "
+    "(array_agg(episode_id ORDER BY stamp DESC, id DESC))[1] FROM new GROUP BY text_id, robot_id, layer "
+    "ON CONFLICT (text_id, robot_id, layer) DO UPDATE SET count = s.count + EXCLUDED.count, "
+    "first_stamp = LEAST(s.first_stamp, EXCLUDED.first_stamp), "
+    "last_obs_id = CASE WHEN EXCLUDED.last_stamp >= s.last_stamp THEN EXCLUDED.last_obs_id ELSE s.last_obs_id END, "
+    "last_position = CASE WHEN EXCLUDED.last_stamp >= s.last_stamp THEN EXCLUDED.last_position "
+    "ELSE s.last_position END, "
+    "last_episode = CASE WHEN EXCLUDED.last_stamp >= s.last_stamp THEN EXCLUDED.last_episode ELSE s.last_episode END, "
+    "last_stamp = GREATEST(s.last_stamp, EXCLUDED.last_stamp)), "
+    "placed AS (INSERT INTO fleet.places AS p(text_id, robot_id, layer, cx, cy, count, sx, sy, sz, first_stamp, "
+    "last_stamp, last_obs_id) SELECT text_id, robot_id, layer, floor(ST_X(position) / %s)::int, "
+    "floor(ST_Y(position) / %s)::int, count(*), sum(ST_X(position)), sum(ST_Y(position)), "
+    "sum(COALESCE(ST_Z(position), 0)), min(stamp), max(stamp), (array_agg(id ORDER BY stamp DESC, id DESC))[1] "
+    "FROM new WHERE position IS NOT NULL GROUP BY 1, 2, 3, 4, 5 "
+    "ON CONFLICT (text_id, robot_id, layer, cx, cy) DO UPDATE SET count = p.count + EXCLUDED.count, "
+    "sx = p.sx + EXCLUDED.sx, sy = p.sy + EXCLUDED.sy, sz = p.sz + EXCLUDED.sz, "
+    "first_stamp = LEAST(p.first_stamp, EXCLUDED.first_stamp), "
+    "last_obs_id = CASE WHEN EXCLUDED.last_stamp >= p.last_stamp THEN EXCLUDED.last_obs_id ELSE p.last_obs_id END, "
+    "last_stamp = GREATEST(p.last_stamp, EXCLUDED.last_stamp))"
+)
+"""The summaries (schema v3) take the observations this statement added (not re-sent ones: ON CONFLICT DO
+NOTHING returns only new rows),
+in the same statement and so the same transaction: a summary never counts a row the store lacks."""
+
+
 @dataclass
 class WriteCounts:
     """Rows the fleet store took (new rows; re-sent ones are not counted)."""
@@ -269,18 +298,25 @@ class FleetWriter:
             if unmapped:
                 raise FleetError(f"{unmapped} observation(s) of robot {self.robot_id} name texts the fleet never "
                                  "received: the log does not hold this memory's whole history")
-            conflict = ("DO UPDATE SET tier = EXCLUDED.tier, tier_since = EXCLUDED.tier_since, "
-                        "gist_id = EXCLUDED.gist_id, text_id = COALESCE(EXCLUDED.text_id, observations.text_id), "
-                        "metadata = COALESCE(EXCLUDED.metadata, observations.metadata)") if self.upsert \
-                else "DO NOTHING"
+            if self.upsert:  # a snapshot may be newer than the rows the store has: they take its values
+                cur.execute(
+                    "UPDATE fleet.observations o SET tier = s.tier, tier_since = s.tier_since, gist_id = s.gist_id, "
+                    "text_id = COALESCE(m.text_id, o.text_id), metadata = COALESCE(s.metadata, o.metadata) "
+                    "FROM emem_obs_stage s LEFT JOIN fleet.robot_texts m ON m.robot_id = %s AND "
+                    "m.local_id = s.text_id WHERE o.robot_id = %s AND o.id = s.id AND o.stamp = s.stamp",
+                    (self.robot_id, self.robot_id))
             cur.execute(
-                "INSERT INTO fleet.observations(robot_id, id, text_id, stamp, layer, source_type, position, "
-                "frame_id, confidence, episode_id, gist_id, tier, tier_since, value, metadata) "
+                "WITH ins AS (INSERT INTO fleet.observations(robot_id, id, text_id, stamp, layer, source_type, "
+                "position, frame_id, confidence, episode_id, gist_id, tier, tier_since, value, metadata) "
                 "SELECT %s, s.id, m.text_id, s.stamp, s.layer, s.source_type, ST_MakePoint(s.x, s.y, s.z), "
                 "s.frame_id, s.confidence, s.episode_id, s.gist_id, s.tier, s.tier_since, s.value, s.metadata "
                 "FROM emem_obs_stage s LEFT JOIN fleet.robot_texts m ON m.robot_id = %s AND m.local_id = s.text_id "
-                f"ON CONFLICT (robot_id, id, stamp) {conflict}", (self.robot_id, self.robot_id))
-            self.counts.observations += max(cur.rowcount, 0)
+                "ON CONFLICT (robot_id, id, stamp) DO NOTHING "
+                "RETURNING robot_id, id, text_id, stamp, layer, source_type, position, episode_id), "
+                + SUMMARY_UPSERT +
+                " SELECT count(*) FROM ins", (self.robot_id, self.robot_id, self.info.place_cell,
+                                             self.info.place_cell))
+            self.counts.observations += int(cur.fetchone()[0])
 
     def _partition_for(self, stamps: list[float]) -> None:
         seconds = self.info.partition_seconds
