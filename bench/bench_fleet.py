@@ -180,7 +180,7 @@ def section_lag(url: str, work: Path, seconds: float, results: dict, period: flo
             time.sleep(1.0 / rate)
             if time.monotonic() >= next_flush:
                 memory.flush()
-                flushed[memory.store._max_stored_obs_id] = time.time()
+                flushed[memory.store.state.ids.max_stored] = time.time()
                 next_flush += 1.0
 
     def timer() -> None:  # the node's fleet_sync timer
