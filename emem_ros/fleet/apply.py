@@ -15,12 +15,12 @@ import math
 import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
 from emem_ros.fleet.errors import FleetError
-from emem_ros.fleet.schema import FleetInfo, ensure_partitions
+from emem_ros.fleet.schema import FleetInfo, ensure_partitions, rebuild_summaries
 from emem_ros.fleet.transform import RigidTransform
 from emem_ros.fleet.translate import (
     AUTOINCREMENT_TABLES,
@@ -103,6 +103,19 @@ SUMMARY_UPSERT = (
 """The summaries (schema v3) take the observations this statement added (not re-sent ones: ON CONFLICT DO
 NOTHING returns only new rows),
 in the same statement and so the same transaction: a summary never counts a row the store lacks."""
+
+
+@dataclass
+class SnapshotKeys:
+    """The keys of every row a snapshot (a base copy of the robot's memory) holds: what the fleet may keep."""
+
+    observations: list[int]
+    texts: list[int]
+    episodes: list[int]
+    gists: list[int]
+    entities: list[int]
+    experiences: list[str]
+    edges: list[tuple[str, str, str]]
 
 
 @dataclass
@@ -367,6 +380,63 @@ class FleetWriter:
         with self.conn.cursor() as cur:
             cur.executemany(sql, [(self.robot_id, *v) for v in values])
         self.counts.rows[table] += len(values)
+
+    # -- a snapshot's deletions (a forget restarted the robot's log) -------
+    def remove_missing(self, keys: "SnapshotKeys") -> dict[str, int]:
+        """Delete this robot's rows the snapshot lacks, by their keys (ids, never content): what a forget or
+        retention erased on the robot while the fleet was behind. Texts go when no row of any robot points
+        at them any more (the fleet keeps the text of observations a robot archived: those still point);
+        the summaries of the touched texts are computed again. Returns rows removed per table."""
+        self.flush()
+        removed: dict[str, int] = {}
+        robot = self.robot_id
+        with self.conn.cursor() as cur:
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS emem_keep_ids(id int8) ON COMMIT DELETE ROWS")
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS emem_keep_edges(kind text, src text, dst text) "
+                        "ON COMMIT DELETE ROWS")
+            self._keep(cur, keys.observations)
+            cur.execute("ANALYZE emem_keep_ids")
+            gone = cur.execute(
+                "WITH gone AS (DELETE FROM fleet.observations o WHERE o.robot_id = %s AND NOT EXISTS "
+                "(SELECT 1 FROM emem_keep_ids k WHERE k.id = o.id) RETURNING o.text_id) "
+                "SELECT text_id, count(*) FROM gone GROUP BY text_id", (robot,)).fetchall()
+            touched = {int(t) for t, _ in gone if t is not None}
+            removed["observations"] = sum(int(n) for _, n in gone)
+            self._keep(cur, keys.texts)
+            unmapped = [int(r[0]) for r in cur.execute(
+                "DELETE FROM fleet.robot_texts m WHERE m.robot_id = %s AND NOT EXISTS "
+                "(SELECT 1 FROM emem_keep_ids k WHERE k.id = m.local_id) AND NOT EXISTS "
+                "(SELECT 1 FROM fleet.observations o WHERE o.robot_id = m.robot_id AND o.text_id = m.text_id) "
+                "RETURNING m.text_id", (robot,)).fetchall()]
+            removed["robot_texts"] = len(unmapped)
+            touched |= set(unmapped)
+            removed["texts"] = cur.execute(
+                "DELETE FROM fleet.texts t WHERE t.id = ANY(%s) AND NOT EXISTS "
+                "(SELECT 1 FROM fleet.robot_texts m WHERE m.text_id = t.id) AND NOT EXISTS "
+                "(SELECT 1 FROM fleet.observations o WHERE o.text_id = t.id)", (sorted(unmapped),)).rowcount
+            for table, ids in (("episodes", keys.episodes), ("gists", keys.gists), ("entities", keys.entities)):
+                removed[table] = cur.execute(f"DELETE FROM fleet.{table} WHERE robot_id = %s AND NOT (id = ANY(%s))",
+                                             (robot, list(ids))).rowcount
+            removed["experiences"] = cur.execute(
+                "DELETE FROM fleet.experiences WHERE robot_id = %s AND NOT (id = ANY(%s))",
+                (robot, list(keys.experiences))).rowcount
+            cur.execute("TRUNCATE emem_keep_edges")
+            with cur.copy("COPY emem_keep_edges FROM STDIN") as copy:
+                for edge in keys.edges:
+                    copy.write_row(edge)
+            removed["edges"] = cur.execute(
+                "DELETE FROM fleet.edges e WHERE e.robot_id = %s AND NOT EXISTS (SELECT 1 FROM emem_keep_edges k "
+                "WHERE k.kind = e.kind AND k.src = e.src AND k.dst = e.dst)", (robot,)).rowcount
+        if touched:
+            rebuild_summaries(self.conn, robot, touched, self.info.place_cell)
+        return {name: n for name, n in removed.items() if n}
+
+    def _keep(self, cur: Any, ids: Iterable[int]) -> None:
+        cur.execute("TRUNCATE emem_keep_ids")
+        with cur.copy("COPY emem_keep_ids FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8"])
+            for i in ids:
+                copy.write_row((i,))
 
     # -- edges ------------------------------------------------------------
     def _edges(self, ops: list[InsertRows]) -> None:
