@@ -11,10 +11,11 @@ What differs from one robot's answer, and why:
 
 - a thing seen by two robots is one hit per robot (each with its own count,
   last sighting and place): "who saw it last" is the question a fleet asks;
-- counts stop at 1,000 per robot and text (``reader.COUNT_CAP``, counted in
-  the index; with a layer, place or episode filter the newest ``CAP`` rows
-  are read): beyond, the count is a lower bound ("1000+"); locate weighs
-  each robot's newest ``LOCATE_CAP`` sightings of a text;
+- counts are exact (the ``sightings`` summary); with a time window, place or
+  episode filter the newest ``CAP`` rows per robot are read and a count
+  beyond is a lower bound ("1000+"); locate weighs the ``READ_PLACES``
+  heaviest whole-history cells (the ``places`` summary), or with a time
+  window each robot's newest ``LOCATE_CAP`` sightings in it;
 - locate merges every robot's sightings in the fleet frame (measured object
   positions and robot poses); camera bearings (rays) are not used over the
   fleet (they are stored in each robot's own frame, in its metadata);
