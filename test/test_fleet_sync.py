@@ -348,6 +348,10 @@ def test_observations_are_partitioned_by_time_and_old_partitions_detach(tmp_path
         assert conn.execute("SELECT min(stamp) FROM fleet.observations").fetchone()[0] >= cut
         # detached, not dropped: still a table of its own
         assert conn.execute(f"SELECT count(*) FROM fleet.{parts[0][0]}").fetchone()[0] > 0
+        have, want = fleet_summaries(conn, "r1"), expected_summaries(fleet_rows(conn, "r1"))  # only what stays
+        assert sum(n for n, *_ in have["sightings"].values()) == left
+        assert have.keys() == want.keys() and all(
+            same_summary(have[t].get(k), want[t].get(k)) for t in have for k in set(have[t]) | set(want[t]))
 
 
 def test_a_statement_the_sync_does_not_know_stops_it_at_its_record(tmp_path, clock, fleet):

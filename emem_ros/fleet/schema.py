@@ -427,7 +427,10 @@ def list_partitions(conn: Any) -> list[tuple[str, float, float]]:
 
 
 def detach_partitions(conn: Any, before: float, drop: bool = False) -> list[str]:
-    """Detach (and with ``drop`` delete) every partition that ends at or before ``before``."""
+    """Detach (and with ``drop`` delete) every partition that ends at or before ``before``.
+
+    The summaries then count only what stays attached: they are computed again, in the same transaction
+    (syncs wait on their robots' rows meanwhile)."""
     done = []
     for name, _start, end in list_partitions(conn):
         if end <= before:
@@ -435,6 +438,13 @@ def detach_partitions(conn: Any, before: float, drop: bool = False) -> list[str]
             if drop:
                 conn.execute(f"DROP TABLE fleet.{name}")
             done.append(name)
+    if done:
+        conn.execute("LOCK TABLE fleet.robots IN EXCLUSIVE MODE")
+        row = conn.execute("SELECT value FROM fleet.meta WHERE key = 'place_cell'").fetchone()
+        for table in ("sightings", "places"):
+            conn.execute(f"DELETE FROM fleet.{table}")
+        for sql in SUMMARY_BACKFILL:
+            conn.execute(sql.format(where="", cell=repr(float(row[0]) if row else PLACE_CELL)))
     conn.commit()
     return done
 
