@@ -76,6 +76,8 @@ EXPERIENCE_COLUMNS = ("n", "id", "goal", "action", "result", "reflection", "succ
 """What ``experience_rows`` must return, in this order, for each id (read from the robot's file)."""
 
 
+_NEWER = "(EXCLUDED.last_stamp, EXCLUDED.last_obs_id) >= ({t}.last_stamp, {t}.last_obs_id)"
+"""The batch holds a newer sighting than the row (ties broken by id, as ``SUMMARY_BACKFILL`` does)."""
 SUMMARY_UPSERT = (
     "new AS (SELECT * FROM ins WHERE text_id IS NOT NULL AND source_type <> 'interoception'), "
     "sighted AS (INSERT INTO fleet.sightings AS s(text_id, robot_id, layer, count, first_stamp, last_stamp, "
@@ -84,11 +86,9 @@ SUMMARY_UPSERT = (
     "(array_agg(episode_id ORDER BY stamp DESC, id DESC))[1] FROM new GROUP BY text_id, robot_id, layer "
     "ON CONFLICT (text_id, robot_id, layer) DO UPDATE SET count = s.count + EXCLUDED.count, "
     "first_stamp = LEAST(s.first_stamp, EXCLUDED.first_stamp), "
-    "last_obs_id = CASE WHEN EXCLUDED.last_stamp >= s.last_stamp THEN EXCLUDED.last_obs_id ELSE s.last_obs_id END, "
-    "last_position = CASE WHEN EXCLUDED.last_stamp >= s.last_stamp THEN EXCLUDED.last_position "
-    "ELSE s.last_position END, "
-    "last_episode = CASE WHEN EXCLUDED.last_stamp >= s.last_stamp THEN EXCLUDED.last_episode ELSE s.last_episode END, "
-    "last_stamp = GREATEST(s.last_stamp, EXCLUDED.last_stamp)), "
+    + ", ".join(f"{c} = CASE WHEN {_NEWER.format(t='s')} THEN EXCLUDED.{c} ELSE s.{c} END"
+                for c in ("last_obs_id", "last_position", "last_episode"))
+    + ", last_stamp = GREATEST(s.last_stamp, EXCLUDED.last_stamp)), "
     "placed AS (INSERT INTO fleet.places AS p(text_id, robot_id, layer, cx, cy, count, sx, sy, sz, first_stamp, "
     "last_stamp, last_obs_id) SELECT text_id, robot_id, layer, floor(ST_X(position) / %s)::int, "
     "floor(ST_Y(position) / %s)::int, count(*), sum(ST_X(position)), sum(ST_Y(position)), "
@@ -97,7 +97,7 @@ SUMMARY_UPSERT = (
     "ON CONFLICT (text_id, robot_id, layer, cx, cy) DO UPDATE SET count = p.count + EXCLUDED.count, "
     "sx = p.sx + EXCLUDED.sx, sy = p.sy + EXCLUDED.sy, sz = p.sz + EXCLUDED.sz, "
     "first_stamp = LEAST(p.first_stamp, EXCLUDED.first_stamp), "
-    "last_obs_id = CASE WHEN EXCLUDED.last_stamp >= p.last_stamp THEN EXCLUDED.last_obs_id ELSE p.last_obs_id END, "
+    f"last_obs_id = CASE WHEN {_NEWER.format(t='p')} THEN EXCLUDED.last_obs_id ELSE p.last_obs_id END, "
     "last_stamp = GREATEST(p.last_stamp, EXCLUDED.last_stamp))"
 )
 """The summaries (schema v3) take the observations this statement added (not re-sent ones: ON CONFLICT DO
