@@ -17,7 +17,8 @@ four candidate lists of a ranking come in one statement.
 
 A ``Scope`` is one call's filters (robots, layer, time window, circle) in
 the fleet frame. Perception reads never return body readings
-(interoception) or archived observations (their gists stand in).
+(interoception); reads of the observations skip archived ones (their gists
+stand in), the summaries count them (the fleet keeps their text).
 """
 
 from __future__ import annotations
