@@ -180,7 +180,7 @@ def section_lag(url: str, work: Path, seconds: float, results: dict, period: flo
             time.sleep(1.0 / rate)
             if time.monotonic() >= next_flush:
                 memory.flush()
-                flushed[memory.store._max_stored_obs_id] = time.time()
+                flushed[memory.store.state.ids.max_stored] = time.time()
                 next_flush += 1.0
 
     def timer() -> None:  # the node's fleet_sync timer
@@ -270,32 +270,48 @@ def section_tools(url: str, work: Path, robots: int, n: int, results: dict, uniq
     from emem_ros.fleet.transform import RigidTransform
 
     tools_url = url.rsplit("/", 1)[0] + "/postgres"
-    with db.connect(tools_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS bench_tools")
-        conn.execute("CREATE DATABASE bench_tools")
+    keep = results.get("keep")
     url = tools_url.rsplit("/", 1)[0] + "/bench_tools"
-    with db.connect(url) as conn:
-        init_fleet(conn, dim=DenseEmbedder.dim)
-        for r in range(robots):  # the robots' patrol ellipses (40 m x 20 m) overlap by 10 m in the fleet frame
-            add_robot(conn, f"robot{r + 1}", RigidTransform(30.0 * r, 0.0, 0.0))
     built = synced = 0.0
-    first = None
-    for r in range(robots):
-        started = time.perf_counter()
-        path = make_robot(work, n, unique, 500 + r)
-        built += time.perf_counter() - started
-        first = first or path
-        started = time.perf_counter()
-        sync_memory(path, url, f"robot{r + 1}")
-        synced += time.perf_counter() - started
-        if r:
-            path.unlink()
-            for extra in path.parent.glob(path.name + "*"):
-                shutil.rmtree(extra, ignore_errors=True) if extra.is_dir() else extra.unlink()
-        print(f"tools: robot {r + 1}/{robots} built and synced ({built:.0f} s building, {synced:.0f} s syncing)",
-              flush=True)
+    first = keep / "robot1.db" if keep is not None else None
+    if keep is not None and results.get("reuse") and first is not None and first.exists():
+        print(f"tools: reusing the fleet store bench_tools and {first}", flush=True)
+    else:
+        first = None
+        with db.connect(tools_url, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS bench_tools")
+            conn.execute("CREATE DATABASE bench_tools")
+        with db.connect(url) as conn:
+            init_fleet(conn, dim=DenseEmbedder.dim)
+            for r in range(robots):  # the robots' patrol ellipses (40 m x 20 m) overlap by 10 m in the fleet frame
+                add_robot(conn, f"robot{r + 1}", RigidTransform(30.0 * r, 0.0, 0.0))
+        for r in range(robots):
+            started = time.perf_counter()
+            path = make_robot(keep if keep is not None and r == 0 else work, n, unique, 500 + r)
+            built += time.perf_counter() - started
+            first = first or path
+            started = time.perf_counter()
+            sync_memory(path, url, f"robot{r + 1}")
+            synced += time.perf_counter() - started
+            if r:
+                path.unlink()
+                for extra in path.parent.glob(path.name + "*"):
+                    shutil.rmtree(extra, ignore_errors=True) if extra.is_dir() else extra.unlink()
+            print(f"tools: robot {r + 1}/{robots} built and synced ({built:.0f} s building, {synced:.0f} s syncing)",
+                  flush=True)
+        if keep is not None:
+            path = keep / "robot1.db"
+            if first != path:
+                first.rename(path)
+                for extra in first.parent.glob(first.name + "*"):
+                    extra.rename(keep / ("robot1.db" + extra.name[len(first.name):]))
+                first = path
+        with db.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        if results.get("build_only"):
+            return [f"## fleet tools fixture built: {robots} robots x {n:,} in {built:.0f} s, synced in "
+                    f"{synced:.0f} s", ""]
     with db.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
         total = conn.execute("SELECT count(*) FROM fleet.observations").fetchone()[0]
         texts = conn.execute("SELECT count(*) FROM fleet.texts").fetchone()[0]
     rng = random.Random(9)
@@ -333,8 +349,9 @@ def section_tools(url: str, work: Path, robots: int, n: int, results: dict, uniq
     ]
     lines = [f"## fleet tools: {robots} robots x {n:,} observations = {total:,} in the fleet store "
              f"({texts:,} distinct texts)", "",
-             f"Built the robots in {built:.0f} s, synced them in {synced:.0f} s ({total / max(synced, 1e-9):,.0f} "
-             "obs/s). Warm p50/p95 in ms over the query set (2 rounds after a warm-up round); the robot column is "
+             (f"Built the robots in {built:.0f} s, synced them in {synced:.0f} s "
+              f"({total / max(synced, 1e-9):,.0f} obs/s). " if synced else "A fixture built before (--reuse). ")
+             + "Warm p50/p95 in ms over the query set (2 rounds after a warm-up round); the robot column is "
              f"the same tool on one robot's SQLite file ({n:,} observations).", "",
              "| tool | fleet p50 | fleet p95 | one robot p50 | one robot p95 |", "|:--|--:|--:|--:|--:|"]
     try:
@@ -372,6 +389,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--lag-seconds", type=float, default=None)
     parser.add_argument("--tool-robots", type=int, default=None, help="robots in the tools section (default 10)")
     parser.add_argument("--save", action="store_true", help="write bench/results/fleet-<date>.txt")
+    parser.add_argument("--pg-dir", type=Path, default=None,
+                        help="keep the PostgreSQL cluster (and the tools section's robot1.db) in this folder")
+    parser.add_argument("--build-only", action="store_true",
+                        help="tools: build the fleet fixture into --pg-dir and stop (run niced, outside the lock)")
+    parser.add_argument("--reuse", action="store_true", help="tools: measure the fixture kept in --pg-dir")
     args = parser.parse_args(argv)
     robots = args.robots or (2 if args.quick else 3)
     n = args.observations or (20_000 if args.quick else 100_000)
@@ -382,8 +404,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if url is None:
         from test.support.postgres import start_server
 
-        server = start_server(SERVER_SETTINGS)
-        url = server.create_database("bench")
+        server = start_server(SERVER_SETTINGS, root=args.pg_dir)
+        url = server.url("bench")
+        with db.connect(server.url(), autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS bench")
+            conn.execute("CREATE DATABASE bench")
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     load = os.getloadavg()
     lines = [f"bench_fleet on {machine_info()}", f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
@@ -394,7 +419,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         with db.connect(url) as conn:
             init_fleet(conn, dim=DenseEmbedder.dim)
-        results: dict = {}
+        results: dict = {"keep": args.pg_dir, "reuse": args.reuse, "build_only": args.build_only}
         for name in wanted:
             if name == "sync":
                 lines += section_sync(url, work, robots, n, results)
@@ -414,7 +439,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if server is not None:
-            server.destroy()
+            server.stop("fast") if args.pg_dir is not None else server.destroy()
     print("\n".join(lines))
     if args.save:
         save_results("fleet", lines, quick=args.quick)

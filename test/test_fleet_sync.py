@@ -25,7 +25,16 @@ from emem_ros.fleet.schema import init_fleet, list_partitions, open_fleet  # noq
 from emem_ros.fleet.sync import FleetSync, sync_memory  # noqa: E402
 from emem_ros.fleet.transform import IDENTITY, RigidTransform  # noqa: E402
 from emem_ros.storage.oplog import read_hold  # noqa: E402
-from test.support.fleet import first_difference, fleet_rows, robot_rows, robot_workload, summary  # noqa: E402
+from test.support.fleet import (  # noqa: E402
+    expected_summaries,
+    first_difference,
+    fleet_rows,
+    fleet_summaries,
+    robot_rows,
+    robot_workload,
+    same_summary,
+    summary,
+)
 from test.support.patrol import open_memory  # noqa: E402
 
 DIM = 384  # HashingEmbeddingProvider's default
@@ -41,6 +50,12 @@ def _assert_same(path, url: str, robot_id: str, transform: RigidTransform = IDEN
     with db.connect(url) as conn:
         fleet = fleet_rows(conn, robot_id, exact=transform.is_identity)
     assert summary(fleet) == summary(robot), first_difference(robot, fleet)
+    with db.connect(url) as conn:  # the summaries count exactly the rows the store holds
+        have, want = fleet_summaries(conn, robot_id), expected_summaries(fleet)
+    for table in ("sightings", "places"):
+        wrong = sorted(k for k in set(have[table]) | set(want[table])
+                       if not same_summary(have[table].get(k), want[table].get(k)))
+        assert not wrong, f"{table}: {[(k, have[table].get(k), want[table].get(k)) for k in wrong[:3]]}"
     return summary(robot)
 
 
@@ -333,6 +348,10 @@ def test_observations_are_partitioned_by_time_and_old_partitions_detach(tmp_path
         assert conn.execute("SELECT min(stamp) FROM fleet.observations").fetchone()[0] >= cut
         # detached, not dropped: still a table of its own
         assert conn.execute(f"SELECT count(*) FROM fleet.{parts[0][0]}").fetchone()[0] > 0
+        have, want = fleet_summaries(conn, "r1"), expected_summaries(fleet_rows(conn, "r1"))  # only what stays
+        assert sum(n for n, *_ in have["sightings"].values()) == left
+        assert have.keys() == want.keys() and all(
+            same_summary(have[t].get(k), want[t].get(k)) for t in have for k in set(have[t]) | set(want[t]))
 
 
 def test_a_statement_the_sync_does_not_know_stops_it_at_its_record(tmp_path, clock, fleet):
@@ -454,20 +473,52 @@ def test_init_creates_the_indexes_the_fleet_queries_need(fleet):
         assert name in indexes
     assert "(robot_id, text_id, stamp)" in indexes["observations_robot_text"]
     assert "(robot_id, layer, stamp) WHERE (source_type = 'interoception'" in indexes["observations_body"]
-    assert meta["schema_version"] == "3" and meta["embedding_dim"] == str(DIM)
+    assert meta["schema_version"] == "4" and meta["embedding_dim"] == str(DIM) and meta["place_cell"] == "0.5"
+    assert "(text_id, robot_id, layer)" in indexes["sightings_pkey"]
+    assert "(text_id, robot_id, layer, cx, cy)" in indexes["places_pkey"]
 
 
-def test_init_upgrades_a_version_2_store_with_the_body_index(fleet):
+def test_init_upgrades_a_version_2_store_with_the_body_index_and_summaries(fleet):
     with db.connect(fleet) as conn:
-        conn.execute("DROP INDEX fleet.observations_body")
+        conn.execute("DROP INDEX fleet.observations_body")  # the store as schema v2 left it
+        conn.execute("DROP TABLE fleet.sightings, fleet.places")
+        conn.execute("DELETE FROM fleet.meta WHERE key = 'place_cell'")
         conn.execute("UPDATE fleet.meta SET value = '2' WHERE key = 'schema_version'")
     with db.connect(fleet) as conn:
         with pytest.raises(FleetError, match="emem fleet init"):
             open_fleet(conn, "the test store")
         init_fleet(conn, dim=DIM)
         names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'fleet'")}
-        assert "observations_body" in names
-        assert open_fleet(conn, "the test store").version == 3
+        assert {"observations_body", "sightings_pkey", "places_pkey"} <= names
+        assert open_fleet(conn, "the test store").version == 4
+
+
+def test_a_v2_store_is_refused_until_init_upgrades_it_in_place(tmp_path, clock, fleet):
+    path = tmp_path / "robot.db"
+    memory = open_memory(path, clock, flush_batch_size=25)
+    robot_workload(memory, clock, n=300)
+    memory.flush()
+    sync_memory(path, fleet, "r1")
+    with db.connect(fleet) as conn:  # the store as schema v2 left it: no summaries
+        conn.execute("DROP TABLE fleet.sightings, fleet.places")
+        conn.execute("DELETE FROM fleet.meta WHERE key = 'place_cell'")
+        conn.execute("UPDATE fleet.meta SET value = '2' WHERE key = 'schema_version'")
+        conn.commit()
+    for i in range(40):
+        memory.add(f"crate {i % 4}", x=float(i % 7), y=-2.0, timestamp=clock.now + i, layer_name="detections")
+    memory.flush()
+    with pytest.raises(FleetError, match="schema version 2.*upgrade it with `emem fleet init URL`"):
+        sync_memory(path, fleet, "r1")
+    with db.connect(fleet) as conn:
+        assert init_fleet(conn, dim=DIM) is False  # upgraded, not created
+        assert conn.execute("SELECT value FROM fleet.meta WHERE key = 'schema_version'").fetchone()[0] == "4"
+        have, want = fleet_summaries(conn, "r1"), expected_summaries(fleet_rows(conn, "r1"))  # filled from rows
+        assert have.keys() == want.keys() and all(
+            same_summary(have[t].get(k), want[t].get(k)) for t in have for k in set(have[t]) | set(want[t]))
+    sync_memory(path, fleet, "r1")  # and kept from here on
+    memory.close()
+    sync_memory(path, fleet, "r1")
+    _assert_same(path, fleet, "r1")
 
 
 def test_init_needs_the_right_to_create_extensions(fleet_url):

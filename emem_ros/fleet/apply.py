@@ -15,12 +15,12 @@ import math
 import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
 from emem_ros.fleet.errors import FleetError
-from emem_ros.fleet.schema import FleetInfo, ensure_partitions
+from emem_ros.fleet.schema import FleetInfo, ensure_partitions, rebuild_summaries
 from emem_ros.fleet.transform import RigidTransform
 from emem_ros.fleet.translate import (
     AUTOINCREMENT_TABLES,
@@ -74,6 +74,48 @@ ROW_DEFAULTS: dict[str, dict[str, Any]] = {
 EXPERIENCE_COLUMNS = ("n", "id", "goal", "action", "result", "reflection", "success", "tags", "metadata", "stamp",
                       "episode_id", "x", "y", "z", "supersedes", "embedding")
 """What ``experience_rows`` must return, in this order, for each id (read from the robot's file)."""
+
+
+_NEWER = "(EXCLUDED.last_stamp, EXCLUDED.last_obs_id) >= ({t}.last_stamp, {t}.last_obs_id)"
+"""The batch holds a newer sighting than the row (ties broken by id, as ``SUMMARY_BACKFILL`` does)."""
+SUMMARY_UPSERT = (
+    "new AS (SELECT * FROM ins WHERE text_id IS NOT NULL AND source_type <> 'interoception'), "
+    "sighted AS (INSERT INTO fleet.sightings AS s(text_id, robot_id, layer, count, first_stamp, last_stamp, "
+    "last_obs_id, last_position, last_episode) SELECT text_id, robot_id, layer, count(*), min(stamp), max(stamp), "
+    "(array_agg(id ORDER BY stamp DESC, id DESC))[1], (array_agg(position ORDER BY stamp DESC, id DESC))[1], "
+    "(array_agg(episode_id ORDER BY stamp DESC, id DESC))[1] FROM new GROUP BY text_id, robot_id, layer "
+    "ON CONFLICT (text_id, robot_id, layer) DO UPDATE SET count = s.count + EXCLUDED.count, "
+    "first_stamp = LEAST(s.first_stamp, EXCLUDED.first_stamp), "
+    + ", ".join(f"{c} = CASE WHEN {_NEWER.format(t='s')} THEN EXCLUDED.{c} ELSE s.{c} END"
+                for c in ("last_obs_id", "last_position", "last_episode"))
+    + ", last_stamp = GREATEST(s.last_stamp, EXCLUDED.last_stamp)), "
+    "placed AS (INSERT INTO fleet.places AS p(text_id, robot_id, layer, cx, cy, count, sx, sy, sz, first_stamp, "
+    "last_stamp, last_obs_id) SELECT text_id, robot_id, layer, floor(ST_X(position) / %s)::int, "
+    "floor(ST_Y(position) / %s)::int, count(*), sum(ST_X(position)), sum(ST_Y(position)), "
+    "sum(COALESCE(ST_Z(position), 0)), min(stamp), max(stamp), (array_agg(id ORDER BY stamp DESC, id DESC))[1] "
+    "FROM new WHERE position IS NOT NULL GROUP BY 1, 2, 3, 4, 5 "
+    "ON CONFLICT (text_id, robot_id, layer, cx, cy) DO UPDATE SET count = p.count + EXCLUDED.count, "
+    "sx = p.sx + EXCLUDED.sx, sy = p.sy + EXCLUDED.sy, sz = p.sz + EXCLUDED.sz, "
+    "first_stamp = LEAST(p.first_stamp, EXCLUDED.first_stamp), "
+    f"last_obs_id = CASE WHEN {_NEWER.format(t='p')} THEN EXCLUDED.last_obs_id ELSE p.last_obs_id END, "
+    "last_stamp = GREATEST(p.last_stamp, EXCLUDED.last_stamp))"
+)
+"""The summaries (schema v4) take the observations this statement added (not re-sent ones: ON CONFLICT DO
+NOTHING returns only new rows),
+in the same statement and so the same transaction: a summary never counts a row the store lacks."""
+
+
+@dataclass
+class SnapshotKeys:
+    """The keys of every row a snapshot (a base copy of the robot's memory) holds: what the fleet may keep."""
+
+    observations: list[int]
+    texts: list[int]
+    episodes: list[int]
+    gists: list[int]
+    entities: list[int]
+    experiences: list[str]
+    edges: list[tuple[str, str, str]]
 
 
 @dataclass
@@ -269,18 +311,25 @@ class FleetWriter:
             if unmapped:
                 raise FleetError(f"{unmapped} observation(s) of robot {self.robot_id} name texts the fleet never "
                                  "received: the log does not hold this memory's whole history")
-            conflict = ("DO UPDATE SET tier = EXCLUDED.tier, tier_since = EXCLUDED.tier_since, "
-                        "gist_id = EXCLUDED.gist_id, text_id = COALESCE(EXCLUDED.text_id, observations.text_id), "
-                        "metadata = COALESCE(EXCLUDED.metadata, observations.metadata)") if self.upsert \
-                else "DO NOTHING"
+            if self.upsert:  # a snapshot may be newer than the rows the store has: they take its values
+                cur.execute(
+                    "UPDATE fleet.observations o SET tier = s.tier, tier_since = s.tier_since, gist_id = s.gist_id, "
+                    "text_id = COALESCE(m.text_id, o.text_id), metadata = COALESCE(s.metadata, o.metadata) "
+                    "FROM emem_obs_stage s LEFT JOIN fleet.robot_texts m ON m.robot_id = %s AND "
+                    "m.local_id = s.text_id WHERE o.robot_id = %s AND o.id = s.id AND o.stamp = s.stamp",
+                    (self.robot_id, self.robot_id))
             cur.execute(
-                "INSERT INTO fleet.observations(robot_id, id, text_id, stamp, layer, source_type, position, "
-                "frame_id, confidence, episode_id, gist_id, tier, tier_since, value, metadata) "
+                "WITH ins AS (INSERT INTO fleet.observations(robot_id, id, text_id, stamp, layer, source_type, "
+                "position, frame_id, confidence, episode_id, gist_id, tier, tier_since, value, metadata) "
                 "SELECT %s, s.id, m.text_id, s.stamp, s.layer, s.source_type, ST_MakePoint(s.x, s.y, s.z), "
                 "s.frame_id, s.confidence, s.episode_id, s.gist_id, s.tier, s.tier_since, s.value, s.metadata "
                 "FROM emem_obs_stage s LEFT JOIN fleet.robot_texts m ON m.robot_id = %s AND m.local_id = s.text_id "
-                f"ON CONFLICT (robot_id, id, stamp) {conflict}", (self.robot_id, self.robot_id))
-            self.counts.observations += max(cur.rowcount, 0)
+                "ON CONFLICT (robot_id, id, stamp) DO NOTHING "
+                "RETURNING robot_id, id, text_id, stamp, layer, source_type, position, episode_id), "
+                + SUMMARY_UPSERT +
+                " SELECT count(*) FROM ins", (self.robot_id, self.robot_id, self.info.place_cell,
+                                             self.info.place_cell))
+            self.counts.observations += int(cur.fetchone()[0])
 
     def _partition_for(self, stamps: list[float]) -> None:
         seconds = self.info.partition_seconds
@@ -331,6 +380,63 @@ class FleetWriter:
         with self.conn.cursor() as cur:
             cur.executemany(sql, [(self.robot_id, *v) for v in values])
         self.counts.rows[table] += len(values)
+
+    # -- a snapshot's deletions (a forget restarted the robot's log) -------
+    def remove_missing(self, keys: "SnapshotKeys") -> dict[str, int]:
+        """Delete this robot's rows the snapshot lacks, by their keys (ids, never content): what a forget or
+        retention erased on the robot while the fleet was behind. Texts go when no row of any robot points
+        at them any more (the fleet keeps the text of observations a robot archived: those still point);
+        the summaries of the touched texts are computed again. Returns rows removed per table."""
+        self.flush()
+        removed: dict[str, int] = {}
+        robot = self.robot_id
+        with self.conn.cursor() as cur:
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS emem_keep_ids(id int8) ON COMMIT DELETE ROWS")
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS emem_keep_edges(kind text, src text, dst text) "
+                        "ON COMMIT DELETE ROWS")
+            self._keep(cur, keys.observations)
+            cur.execute("ANALYZE emem_keep_ids")
+            gone = cur.execute(
+                "WITH gone AS (DELETE FROM fleet.observations o WHERE o.robot_id = %s AND NOT EXISTS "
+                "(SELECT 1 FROM emem_keep_ids k WHERE k.id = o.id) RETURNING o.text_id) "
+                "SELECT text_id, count(*) FROM gone GROUP BY text_id", (robot,)).fetchall()
+            touched = {int(t) for t, _ in gone if t is not None}
+            removed["observations"] = sum(int(n) for _, n in gone)
+            self._keep(cur, keys.texts)
+            unmapped = [int(r[0]) for r in cur.execute(
+                "DELETE FROM fleet.robot_texts m WHERE m.robot_id = %s AND NOT EXISTS "
+                "(SELECT 1 FROM emem_keep_ids k WHERE k.id = m.local_id) AND NOT EXISTS "
+                "(SELECT 1 FROM fleet.observations o WHERE o.robot_id = m.robot_id AND o.text_id = m.text_id) "
+                "RETURNING m.text_id", (robot,)).fetchall()]
+            removed["robot_texts"] = len(unmapped)
+            touched |= set(unmapped)
+            removed["texts"] = cur.execute(
+                "DELETE FROM fleet.texts t WHERE t.id = ANY(%s) AND NOT EXISTS "
+                "(SELECT 1 FROM fleet.robot_texts m WHERE m.text_id = t.id) AND NOT EXISTS "
+                "(SELECT 1 FROM fleet.observations o WHERE o.text_id = t.id)", (sorted(unmapped),)).rowcount
+            for table, ids in (("episodes", keys.episodes), ("gists", keys.gists), ("entities", keys.entities)):
+                removed[table] = cur.execute(f"DELETE FROM fleet.{table} WHERE robot_id = %s AND NOT (id = ANY(%s))",
+                                             (robot, list(ids))).rowcount
+            removed["experiences"] = cur.execute(
+                "DELETE FROM fleet.experiences WHERE robot_id = %s AND NOT (id = ANY(%s))",
+                (robot, list(keys.experiences))).rowcount
+            cur.execute("TRUNCATE emem_keep_edges")
+            with cur.copy("COPY emem_keep_edges FROM STDIN") as copy:
+                for edge in keys.edges:
+                    copy.write_row(edge)
+            removed["edges"] = cur.execute(
+                "DELETE FROM fleet.edges e WHERE e.robot_id = %s AND NOT EXISTS (SELECT 1 FROM emem_keep_edges k "
+                "WHERE k.kind = e.kind AND k.src = e.src AND k.dst = e.dst)", (robot,)).rowcount
+        if touched:
+            rebuild_summaries(self.conn, robot, touched, self.info.place_cell)
+        return {name: n for name, n in removed.items() if n}
+
+    def _keep(self, cur: Any, ids: Iterable[int]) -> None:
+        cur.execute("TRUNCATE emem_keep_ids")
+        with cur.copy("COPY emem_keep_ids FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8"])
+            for i in ids:
+                copy.write_row((i,))
 
     # -- edges ------------------------------------------------------------
     def _edges(self, ops: list[InsertRows]) -> None:

@@ -22,12 +22,15 @@ import sqlite3
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from emem_ros.fleet.errors import FleetError
 from emem_ros.storage import oplog
 from emem_ros.storage.logcodec import Statement
 from emem_ros.storage.sqlutil import chunked, marks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from emem_ros.fleet.apply import SnapshotKeys
 
 BASE_PREFIX = "base-"
 
@@ -212,6 +215,17 @@ class BaseSnapshot:
             if not chunk:
                 return
             yield chunk
+
+    def keys(self) -> "SnapshotKeys":
+        """Every row's key (ids, never content): the fleet deletes the robot's rows not among them."""
+        from emem_ros.fleet.apply import SnapshotKeys
+
+        def ids(table: str) -> list[Any]:
+            return [r[0] for r in self.conn.execute(f"SELECT id FROM {table}")]
+
+        return SnapshotKeys(ids("observations"), ids("texts"), ids("episodes"), ids("gists"), ids("entities"),
+                            ids("experiences"),
+                            [tuple(r) for r in self.conn.execute("SELECT kind, src, dst FROM edges")])
 
     def last_ids(self) -> dict[str, int]:
         sequences = dict(self.conn.execute("SELECT name, seq FROM sqlite_sequence"))

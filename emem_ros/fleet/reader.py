@@ -3,16 +3,22 @@
 The robot's tools read its SQLite file through catalogs, place caches and
 hnswlib; over the fleet the same questions are PostgreSQL queries: pgvector's
 HNSW (with iterative scans, so filters never starve it), ``tsvector`` for
-words, PostGIS for circles and nearest-first reads, and the per-robot index
-``(robot_id, text_id, stamp)`` to count and read each robot's sightings of a
-text. Every read is bounded (``cap`` rows per robot and text), so its cost
-does not grow with how often a thing was seen; counts beyond the cap are
+words, PostGIS for circles and nearest-first reads, and the summaries the
+sync keeps (schema v4): ``sightings`` (per text, robot and layer: exact
+counts, first and last stamp, the newest sighting's place) and ``places``
+(the 0.5 m grid cells locate weighs). They answer every read without a time
+window, circle or episode in one primary-key read, however often a thing was
+seen; with one of those filters the observations are read, bounded (``cap``
+rows per robot and text, newest first), and counts beyond the cap are
 reported as lower bounds, as the robot's own tools do. Counts include
-sightings the robot archived (the fleet keeps their text).
+sightings the robot archived (the fleet keeps their text). Results come in
+binary (locate's thousands of cells decode in a third of the time), and the
+four candidate lists of a ranking come in one statement.
 
 A ``Scope`` is one call's filters (robots, layer, time window, circle) in
 the fleet frame. Perception reads never return body readings
-(interoception) or archived observations (their gists stand in).
+(interoception); reads of the observations skip archived ones (their gists
+stand in), the summaries count them (the fleet keeps their text).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import logging
 import math
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -39,6 +46,7 @@ KEYWORD_MATCHES = 64
 """Texts holding a query word read at most before ranking (a common word matches half the fleet)."""
 COUNT_CAP = 1000
 """Sightings of one text by one robot counted at most (from the index alone); beyond, a lower bound."""
+TEXT_MEMO = 4096
 BODY_LAYERS_TTL = 300.0
 """Seconds the list of body layers is kept (it only grows when a robot gets a new sensor)."""
 
@@ -198,6 +206,10 @@ class FleetReader:
         self._conn: Any = None
         self.info: FleetInfo = self._connect()
         self._body_layers: tuple[float, frozenset[str]] = (-math.inf, frozenset())
+        self._names: OrderedDict[int, str] = OrderedDict()
+        self._vectors: OrderedDict[int, np.ndarray] = OrderedDict()
+        """Texts are content-addressed and never change (a forgotten one is deleted and its id never comes
+        back in an answer): names and vectors of the last ``TEXT_MEMO`` texts asked for save a round trip."""
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> FleetInfo:
@@ -219,7 +231,8 @@ class FleetReader:
                 try:
                     if self._conn is None:
                         self._connect()
-                    return list(self._conn.execute(sql, params).fetchall())
+                    # binary results: thousands of rows (locate's cells) decode in a third of the time
+                    return list(self._conn.cursor(binary=True).execute(sql, params).fetchall())
                 except Exception as exc:
                     if not db.is_connection_error(exc):
                         raise
@@ -276,13 +289,75 @@ class FleetReader:
 
     # ------------------------------------------------------------------ texts
     @staticmethod
-    def _sighted(scope: Scope) -> tuple[str, list[Any]]:
-        """' AND EXISTS (a sighting of text t in the scope)', or nothing without a scope: texts of body
-        readings or of archived rows only then reach the caller, which finds no sightings and skips them."""
-        if scope.empty:
-            return "", []
+    def summarised(scope: Scope) -> bool:
+        """Whether the summaries (schema v4: per robot, text and layer, whole history) answer this scope:
+        no time window, circle or episode (those need the rows themselves)."""
+        return not (scope.timed or scope.center is not None or scope.episode is not None)
+
+    @classmethod
+    def _sighted(cls, scope: Scope) -> tuple[str, list[Any]]:
+        """' AND EXISTS (a sighting of text t in the scope)': from the summary (a primary-key probe) when it
+        answers the scope, else from the observations. Texts only body readings or nobody's rows hold
+        never take a place among the k nearest."""
+        if cls.summarised(scope):
+            parts, params = ["s.text_id = t.id"], list[Any]()
+            if scope.robots:
+                parts.append("s.robot_id = ANY(%s)")
+                params.append(list(scope.robots))
+            if scope.layer:
+                parts.append("s.layer = %s")
+                params.append(scope.layer)
+            return f" AND EXISTS (SELECT 1 FROM fleet.sightings s WHERE {' AND '.join(parts)})", params
         where, params = scope.observations("o")
         return f" AND EXISTS (SELECT 1 FROM fleet.observations o WHERE o.text_id = t.id AND {where})", params
+
+    def candidates(self, vector: np.ndarray, tokens: Sequence[str], scope: Scope, k: int, texts: bool = True,
+                   gists: bool = True) -> tuple[list[tuple[int, float]], list[int], list[GistRow], list[GistRow]]:
+        """``similar_texts``, ``keyword_texts``, ``similar_gists`` and ``keyword_gists`` in one statement
+        (one round trip instead of four: under load each one waits for the server to be scheduled)."""
+        literal = vector_literal(vector)
+        query = ts_query(tokens)
+        parts: list[str] = []
+        params: list[Any] = []
+        pad = (", NULL::text, NULL::bigint, NULL::text" + ", NULL::float8" * 6 + ", NULL::integer, NULL::text,"
+               " NULL::bigint")  # the gist columns (``_GIST``), typed for UNION ALL
+        if texts:
+            where, extra = self._sighted(scope)
+            parts.append("(SELECT 1, t.id, 1 - (t.embedding <=> %s::vector)" + pad + " FROM fleet.texts t WHERE"
+                         f" t.embedding IS NOT NULL{where} ORDER BY t.embedding <=> %s::vector LIMIT %s)")
+            params += [literal, *extra, literal, k]
+            if query is not None:
+                parts.append("(SELECT 2, t.id, NULL::float8" + pad + " FROM (SELECT id, tsv FROM fleet.texts WHERE"
+                             f" tsv @@ to_tsquery('english', %s) LIMIT %s) t WHERE true{where} ORDER BY"
+                             " ts_rank_cd(t.tsv, to_tsquery('english', %s)) DESC, t.id DESC LIMIT %s)")
+                params += [query, KEYWORD_MATCHES, *extra, query, k]
+        if gists:
+            where, extra = self._gist_where(scope)
+            parts.append(f"(SELECT 3, NULL::bigint, 1 - (g.embedding <=> %s::vector), {self._GIST} FROM fleet.gists g"
+                         f" WHERE g.embedding IS NOT NULL AND {where} ORDER BY g.embedding <=> %s::vector LIMIT %s)")
+            params += [literal, *extra, literal, k]
+            if query is not None:
+                parts.append(f"(SELECT 4, NULL::bigint, NULL::float8, {self._GIST} FROM fleet.gists g WHERE g.tsv @@"
+                             f" to_tsquery('english', %s) AND {where} ORDER BY ts_rank_cd(g.tsv,"
+                             " to_tsquery('english', %s)) DESC LIMIT %s)")
+                params += [query, *extra, query, k]
+        similar: list[tuple[int, float]] = []
+        keyword: list[int] = []
+        similar_gists: list[GistRow] = []
+        keyword_gists: list[GistRow] = []
+        if parts:
+            for row in self.rows(" UNION ALL ".join(parts), params):
+                if row[0] == 1:
+                    similar.append((int(row[1]), float(row[2])))
+                elif row[0] == 2:
+                    keyword.append(int(row[1]))
+                elif row[0] == 3:
+                    similar_gists.append(self._gist(row[3:], float(row[2])))
+                else:
+                    keyword_gists.append(self._gist(row[3:]))
+        similar.sort(key=lambda item: -item[1])  # relaxed order: iterative scans may return near-ties swapped
+        similar_gists.sort(key=lambda g: -(g.similarity or 0.0))
+        return similar, keyword, similar_gists, keyword_gists
 
     def similar_texts(self, vector: np.ndarray, scope: Scope, k: int) -> list[tuple[int, float]]:
         """(text id, cosine) of the k texts nearest in meaning with a sighting in the scope, best first."""
@@ -312,16 +387,35 @@ class FleetReader:
         return {int(i): np.asarray(json.loads(v), dtype=np.float32) for i, v in rows}
 
     def texts(self, ids: Sequence[int]) -> tuple[dict[int, str], dict[int, np.ndarray]]:
-        """Names and vectors of texts, in one read."""
-        rows = self.rows("SELECT id, text, embedding::text FROM fleet.texts WHERE id = ANY(%s)", (list(set(ids)),))
-        return ({int(i): t for i, t, _ in rows},
-                {int(i): np.asarray(json.loads(v), dtype=np.float32) for i, _, v in rows if v is not None})
+        """Names and vectors of texts, in one read (none for those remembered from earlier calls)."""
+        wanted = list(dict.fromkeys(int(i) for i in ids))
+        missing = [i for i in wanted if i not in self._vectors or i not in self._names]
+        if missing:
+            for i, text, vector in self.rows("SELECT id, text, embedding::text FROM fleet.texts WHERE id = ANY(%s)",
+                                             (missing,)):
+                self._remember(self._names, int(i), text)
+                if vector is not None:  # a text's vector may still arrive (an embedder outage): not remembered
+                    self._remember(self._vectors, int(i), np.asarray(json.loads(vector), dtype=np.float32))
+        names = {i: self._names[i] for i in wanted if i in self._names}
+        vectors = {i: self._vectors[i] for i in wanted if i in self._vectors}
+        return names, vectors
 
     def names(self, ids: Sequence[int]) -> dict[int, str]:
         if not ids:
             return {}
-        return {int(i): t for i, t in self.rows("SELECT id, text FROM fleet.texts WHERE id = ANY(%s)",
-                                                (list(set(ids)),))}
+        wanted = list(dict.fromkeys(int(i) for i in ids))
+        missing = [i for i in wanted if i not in self._names]
+        if missing:
+            for i, t in self.rows("SELECT id, text FROM fleet.texts WHERE id = ANY(%s)", (missing,)):
+                self._remember(self._names, int(i), t)
+        return {i: self._names[i] for i in wanted if i in self._names}
+
+    def _remember(self, memo: "OrderedDict[int, Any]", key: int, value: Any) -> None:
+        with self._lock:
+            memo[key] = value
+            memo.move_to_end(key)
+            while len(memo) > TEXT_MEMO:
+                memo.popitem(last=False)
 
     # ------------------------------------------------------------------ sightings
     def sightings(self, text_ids: Sequence[int], scope: Scope, cap: int,
@@ -339,12 +433,33 @@ class FleetReader:
         if not text_ids:
             return []
         fleet_robots = _robot_list(robots or scope.robots)
+        if self.summarised(scope):
+            return self._sightings_summary(text_ids, fleet_robots, scope.layer)
         if scope.layer or scope.center is not None or scope.episode is not None:
             hits = self._sightings_read(text_ids, fleet_robots, scope, cap)
         else:
             hits = self._sightings_counted(text_ids, fleet_robots, scope)
         self.fill(hits)
         return hits
+
+    def _sightings_summary(self, text_ids: Sequence[int], robots: Optional[list[str]],
+                           layer: Optional[str]) -> list[TextHit]:
+        """Each robot's and layer's whole-history sightings of the texts, from ``fleet.sightings``: exact
+        counts and the newest sighting's place in one primary-key read, however often a text was seen."""
+        parts, params = ["text_id = ANY(%s)"], list[Any]([list(text_ids)])
+        if robots:
+            parts.append("robot_id = ANY(%s)")
+            params.append(robots)
+        if layer:
+            parts.append("layer = %s")
+            params.append(layer)
+        rows = self.rows(
+            "SELECT text_id, robot_id, layer, count, first_stamp, last_stamp, last_obs_id, ST_X(last_position),"
+            f" ST_Y(last_position), ST_Z(last_position), last_episode FROM fleet.sightings WHERE {' AND '.join(parts)}",
+            params)
+        return [TextHit(int(tid), rid, lay, int(n), True, float(first), float(last), int(obs), _point(x, y, z),
+                        int(episode) if episode is not None else None)
+                for tid, rid, lay, n, first, last, obs, x, y, z, episode in rows]
 
     def _sightings_counted(self, text_ids: Sequence[int], robots: Optional[list[str]], scope: Scope) -> list[TextHit]:
         where, params = scope.observations("o", robots=False)
@@ -450,13 +565,23 @@ class FleetReader:
             (*params, *page_params, limit))]
 
     def places(self, text_ids: Sequence[int], scope: Scope, cap: int, cell: float,
-               robots: Optional[Sequence[str]] = None) -> Places:
-        """Each robot's newest ``cap`` positioned sightings of the texts, grouped in ``cell``-metre cells."""
+               robots: Optional[Sequence[str]] = None, relevance: Optional[dict[int, float]] = None,
+               halflife: float = 3600.0, limit: Optional[int] = None) -> Places:
+        """Each robot's positioned sightings of the texts, grouped in ``cell``-metre cells in the fleet frame.
+
+        Without a time window: every sighting, from the summary ``fleet.places`` (kept by the sync); with
+        ``relevance`` (text -> weight) and ``limit``, only the ``limit`` heaviest cells (relevance x
+        (1 + ln count) x 2^-(newest sighting of the text - last here) / ``halflife``: locate's own weight)
+        leave the server. With a time window: each robot's newest ``cap`` sightings in the window, read from
+        the observations."""
         fleet_robots = _robot_list(robots or scope.robots)
         empty = np.empty(0)
         if not text_ids:
             return Places(empty.astype(object), empty.astype(np.int64), empty.astype(object), np.empty((0, 3)),
                           empty, empty, empty, empty.astype(np.int64), empty)
+        if self.summarised(scope) and math.isclose(cell, self.info.place_cell):
+            return self._as_places(self._places_summary(text_ids, fleet_robots, scope.layer, relevance, halflife,
+                                                        limit), cap=None)
         where, params = scope.observations("o", robots=False)
         rows = self.rows(
             "SELECT r.rid, t.tid, s.layer, count(*), sum(s.x), sum(s.y), sum(s.z), min(s.stamp), max(s.stamp),"
@@ -468,21 +593,55 @@ class FleetReader:
             "  ORDER BY o.stamp DESC LIMIT %s) s"
             " GROUP BY r.rid, t.tid, s.layer, floor(s.x / %s), floor(s.y / %s)",
             (list(text_ids), fleet_robots, *params, cap, cell, cell))
-        if not rows:
+        return self._as_places(list(zip(*rows)) if rows else [], cap)
+
+    def _places_summary(self, text_ids: Sequence[int], robots: Optional[list[str]], layer: Optional[str],
+                        relevance: Optional[dict[int, float]], halflife: float, limit: Optional[int]) -> list[Any]:
+        """Whole-history grid cells of the texts from ``fleet.places`` (what the robot's place cache holds),
+        as columns; with ``relevance`` and ``limit`` only the ``limit`` heaviest leave the server."""
+        parts, params = ["text_id = ANY(%s)"], list[Any]([list(text_ids)])
+        if robots:
+            parts.append("robot_id = ANY(%s)")
+            params.append(robots)
+        if layer:
+            parts.append("layer = %s")
+            params.append(layer)
+        columns = "robot_id, text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id"
+        sql = f"SELECT {columns} FROM fleet.places WHERE {' AND '.join(parts)}"
+        if relevance and limit:  # newest sighting per text from the other summary: no window over the cells
+            newest = ["s.text_id = w.tid"] + [part.replace("text_id", "s.text_id").replace("robot_id", "s.robot_id")
+                                              .replace("layer", "s.layer") for part in parts[1:]]
+            sql = ("WITH w AS MATERIALIZED (SELECT w.tid, w.rel, (SELECT max(s.last_stamp) FROM fleet.sightings s"
+                   f"  WHERE {' AND '.join(newest)}) AS newest FROM unnest(%s::bigint[], %s::float8[]) w(tid, rel))"
+                   f" SELECT {', '.join('p.' + c.strip() for c in columns.split(','))} FROM fleet.places p"
+                   f" JOIN w ON w.tid = p.text_id WHERE {' AND '.join('p.' + part for part in parts)}"
+                   " ORDER BY w.rel * (1 + ln(p.count)) * power(0.5, (w.newest - p.last_stamp) / %s) DESC LIMIT %s")
+            params = [*params[1:], list(relevance), [float(v) for v in relevance.values()], *params,
+                      max(halflife, 1e-9), limit]
+        rows = self.rows(sql, params)
+        return list(zip(*rows)) if rows else []
+
+    @staticmethod
+    def _as_places(cols: list[Any], cap: Optional[int]) -> Places:
+        """Columns (robot, text, layer, count, sx, sy, sz, first, last, last obs) as arrays; with ``cap``, the
+        (robot, text) pairs whose read stopped at ``cap`` sightings are listed as capped."""
+        empty = np.empty(0)
+        if not cols or not len(cols[0]):
             return Places(empty.astype(object), empty.astype(np.int64), empty.astype(object), np.empty((0, 3)),
                           empty, empty, empty, empty.astype(np.int64), empty)
-        cols = list(zip(*rows))
         count = np.asarray(cols[3], dtype=np.float64)
         xyz = np.column_stack([np.asarray(cols[i], dtype=np.float64) / count for i in (4, 5, 6)])
         robot = np.asarray(cols[0], dtype=object)
         layer = np.asarray([f"{r}/{layer}" for r, layer in zip(cols[0], cols[2])], dtype=object)
-        per_pair: dict[tuple[str, int], int] = {}
-        for r, t, n in zip(cols[0], cols[1], cols[3]):
-            per_pair[(r, int(t))] = per_pair.get((r, int(t)), 0) + int(n)
-        capped = tuple(sorted(pair for pair, n in per_pair.items() if n >= cap))
+        capped: tuple[tuple[str, int], ...] = ()
+        if cap is not None:
+            per_pair: dict[tuple[str, int], int] = {}
+            for r, t, n in zip(cols[0], cols[1], cols[3]):
+                per_pair[(r, int(t))] = per_pair.get((r, int(t)), 0) + int(n)
+            capped = tuple(sorted(pair for pair, n in per_pair.items() if n >= cap))
         return Places(robot, np.asarray(cols[1], dtype=np.int64), layer, xyz, count,
                       np.asarray(cols[7], dtype=np.float64), np.asarray(cols[8], dtype=np.float64),
-                      np.asarray(cols[9], dtype=np.int64), np.ones(len(rows)), capped)
+                      np.asarray(cols[9], dtype=np.int64), np.ones(len(count)), capped)
 
     def metadata(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
         """Parsed metadata of a few observations (what a layer's positions mean)."""

@@ -10,10 +10,11 @@ What differs from one robot's answer, and why:
 
 - a thing seen by two robots is one hit per robot (each with its own count,
   last sighting and place): "who saw it last" is the question a fleet asks;
-- counts stop at 1,000 per robot and text (``reader.COUNT_CAP``, counted in
-  the index; with a layer, place or episode filter the newest ``CAP`` rows
-  are read): beyond, the count is a lower bound ("1000+"); locate weighs
-  each robot's newest ``LOCATE_CAP`` sightings of a text;
+- counts are exact (the ``sightings`` summary); with a time window, place or
+  episode filter the newest ``CAP`` rows per robot are read and a count
+  beyond is a lower bound ("1000+"); locate weighs the ``READ_PLACES``
+  heaviest whole-history cells (the ``places`` summary), or with a time
+  window each robot's newest ``LOCATE_CAP`` sightings in it;
 - locate merges every robot's sightings in the fleet frame (measured object
   positions and robot poses); camera bearings (rays) are not used over the
   fleet (they are stored in each robot's own frame, in its metadata);
@@ -53,6 +54,9 @@ SCAN_LIMIT = 8192
 TEMPERATURE = 0.05
 MIN_RELEVANCE = 0.01
 MAX_PLACES = 2000
+READ_PLACES = 500
+"""Grid cells locate reads at most, the heaviest first (its own weight, computed by the server): whole-history
+cells of ten robots are thousands, and the light ones cannot move the answer."""
 OTHER_PLACES = 4
 CELL = 0.5
 """Metres: sightings are grouped in cells of this size before locate weighs them (the robot's own grid)."""
@@ -97,16 +101,16 @@ def _rank(env: FleetEnv, query: str, scope: Scope, want: int, texts: bool = True
     floor = env.config.similarity_floor
     vector_list: list[tuple[object, float]] = []
     keyword: list[list[object]] = []
+    similar, keyword_ids, similar_gists, words = env.reader.candidates(vector, tokens, scope, want, texts, gists)
     if texts:
-        vector_list += [(("text", t), s) for t, s in env.reader.similar_texts(vector, scope, want) if s >= floor]
-        keyword.append([("text", t) for t in env.reader.keyword_texts(tokens, scope, want)])
+        vector_list += [(("text", t), s) for t, s in similar if s >= floor]
+        keyword.append([("text", t) for t in keyword_ids])
     found: dict[tuple[str, int], GistRow] = {}
     if gists:
-        for g in env.reader.similar_gists(vector, scope, want):
+        for g in similar_gists:
             if g.similarity is not None and g.similarity >= floor:
                 found[(g.robot, g.id)] = g
                 vector_list.append((("gist", (g.robot, g.id)), g.similarity))
-        words = env.reader.keyword_gists(tokens, scope, want)
         for g in words:
             found.setdefault((g.robot, g.id), g)
         keyword.append([("gist", (g.robot, g.id)) for g in words])
@@ -300,7 +304,8 @@ def _locate(env: FleetEnv, concept: str, scope: Scope, n: int, now: float, hits:
     best = max(sims.values(), default=0.0)
     relevance = {t: math.exp((s - best) / TEMPERATURE) for t, s in sims.items()}
     relevance = {t: w for t, w in relevance.items() if w >= MIN_RELEVANCE}
-    places = env.reader.places(list(relevance), scope, LOCATE_CAP, CELL)
+    places = env.reader.places(list(relevance), scope, LOCATE_CAP, CELL, relevance=relevance,
+                               halflife=env.config.recency_halflife, limit=READ_PLACES)
     if not len(places):
         if hits:
             empty.evidence = ranked_hits(env, concept, scope, 3, now, gists=False)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from emem_ros.fleet.errors import FleetError
+from emem_ros.fleet.schema import PLACE_CELL, rebuild_summaries
 from emem_ros.fleet.transform import IDENTITY, RigidTransform
 
 PLACED_COLUMNS = (("observations", "position"), ("entities", "position"), ("experiences", "position"),
@@ -49,8 +50,14 @@ def add_robot(conn: Any, robot_id: str, transform: RigidTransform = IDENTITY) ->
             moved += max(cur.rowcount, 0)
         conn.execute("UPDATE fleet.robots SET tx = %s, ty = %s, yaw = %s WHERE robot_id = %s",
                      (transform.x, transform.y, transform.yaw, robot_id))
+        rebuild_summaries(conn, robot_id, cell=place_cell(conn))  # its grid cells moved with it
     conn.commit()
     return False, moved
+
+
+def place_cell(conn: Any) -> float:
+    row = conn.execute("SELECT value FROM fleet.meta WHERE key = 'place_cell'").fetchone()
+    return float(row[0]) if row else PLACE_CELL
 
 
 def list_robots(conn: Any) -> list[RobotInfo]:

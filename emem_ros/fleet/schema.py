@@ -27,17 +27,70 @@ from typing import Any, Iterable, Optional
 from emem_ros.fleet.errors import FleetError, FleetSchemaError
 
 SCHEMA = "fleet"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BODY_INDEX = ("CREATE INDEX IF NOT EXISTS observations_body ON fleet.observations(robot_id, layer, stamp)"
               " WHERE source_type = 'interoception'")
+PLACE_CELL = 0.5
+"""Metres: the grid of ``fleet.places`` in the fleet frame (the robot's own place grid)."""
+SUMMARY_DDL = """
+CREATE TABLE fleet.sightings(
+    text_id bigint NOT NULL,
+    robot_id text NOT NULL REFERENCES fleet.robots ON DELETE CASCADE,
+    layer text NOT NULL,
+    count bigint NOT NULL,
+    first_stamp double precision NOT NULL,
+    last_stamp double precision NOT NULL,
+    last_obs_id bigint NOT NULL,
+    last_position geometry(PointZ),
+    last_episode bigint,
+    PRIMARY KEY (text_id, robot_id, layer)
+);
+CREATE TABLE fleet.places(
+    text_id bigint NOT NULL,
+    robot_id text NOT NULL REFERENCES fleet.robots ON DELETE CASCADE,
+    layer text NOT NULL,
+    cx integer NOT NULL,
+    cy integer NOT NULL,
+    count bigint NOT NULL,
+    sx double precision NOT NULL,
+    sy double precision NOT NULL,
+    sz double precision NOT NULL,
+    first_stamp double precision NOT NULL,
+    last_stamp double precision NOT NULL,
+    last_obs_id bigint NOT NULL,
+    PRIMARY KEY (text_id, robot_id, layer, cx, cy)
+)
+"""
+"""v4: per robot, text and layer, what the tools ask of every text (``sightings``: how often, first, last,
+the newest sighting's place) and where it was seen (``places``: counts and coordinate sums per
+``PLACE_CELL`` grid cell, in the fleet frame), kept by the sync in the transaction that adds the
+observations. Perception only (no body readings), every tier (the fleet keeps archived text)."""
+SUMMARY_BACKFILL = (
+    "INSERT INTO fleet.sightings(text_id, robot_id, layer, count, first_stamp, last_stamp, last_obs_id, "
+    "last_position, last_episode) SELECT text_id, robot_id, layer, count(*), min(stamp), max(stamp), "
+    "(array_agg(id ORDER BY stamp DESC, id DESC))[1], (array_agg(position ORDER BY stamp DESC, id DESC))[1], "
+    "(array_agg(episode_id ORDER BY stamp DESC, id DESC))[1] FROM fleet.observations "
+    "WHERE text_id IS NOT NULL AND source_type <> 'interoception' {where}GROUP BY text_id, robot_id, layer",
+    "INSERT INTO fleet.places(text_id, robot_id, layer, cx, cy, count, sx, sy, sz, first_stamp, last_stamp, "
+    "last_obs_id) SELECT text_id, robot_id, layer, floor(ST_X(position) / {cell})::int, "
+    "floor(ST_Y(position) / {cell})::int, count(*), sum(ST_X(position)), sum(ST_Y(position)), "
+    "sum(COALESCE(ST_Z(position), 0)), min(stamp), max(stamp), (array_agg(id ORDER BY stamp DESC, id DESC))[1] "
+    "FROM fleet.observations WHERE text_id IS NOT NULL AND source_type <> 'interoception' "
+    "AND position IS NOT NULL {where}GROUP BY 1, 2, 3, 4, 5",
+)
+"""The summary rows computed from the observations (an upgrade; a forget's correction with ``where``)."""
 UPGRADES: dict[int, tuple[str, ...]] = {
     2: ("CREATE INDEX IF NOT EXISTS observations_robot_text ON fleet.observations(robot_id, text_id, stamp)",),
     3: (BODY_INDEX,),
+    4: (*SUMMARY_DDL.strip().split(";"),
+        *(sql.format(where="", cell=repr(PLACE_CELL)) for sql in SUMMARY_BACKFILL),
+        f"INSERT INTO fleet.meta(key, value) VALUES ('place_cell', '{PLACE_CELL!r}') ON CONFLICT DO NOTHING"),
 }
 """Statements taking a store from the version before to this one (``emem fleet init`` runs them).
 v2: the fleet tools read a robot's newest sightings of a text (``robots`` filter, per-robot hits).
 v3: body_status and get_current_context walk one robot's body readings of a layer by time (a partial
-index: body readings only)."""
+index: body readings only).
+v4: the summary tables ``sightings`` and ``places`` (filled from the observations on upgrade)."""
 DEFAULT_DIM = 384
 DEFAULT_PARTITION_DAYS = 7.0
 EXTENSION_HINTS = {
@@ -107,6 +160,8 @@ CREATE INDEX observations_text ON fleet.observations(text_id, stamp);
 CREATE INDEX observations_robot_text ON fleet.observations(robot_id, text_id, stamp);
 CREATE INDEX observations_body ON fleet.observations(robot_id, layer, stamp) WHERE source_type = 'interoception';
 CREATE INDEX observations_position ON fleet.observations USING gist (position);
+
+{summary};
 
 CREATE TABLE fleet.episodes(
     robot_id text NOT NULL REFERENCES fleet.robots ON DELETE CASCADE,
@@ -267,13 +322,14 @@ def init_fleet(conn: Any, dim: int = DEFAULT_DIM, model: str = "",
         raise FleetSchemaError(f"cannot create the extensions vector and postgis ({_first_line(exc)}); "
                                "the role needs the right to CREATE EXTENSION (a superuser, or the database "
                                "owner where the extensions are trusted)") from exc
-    for statement in _statements(DDL.replace("{dim}", str(dim))):
+    for statement in _statements(DDL.replace("{dim}", str(dim)).replace("{summary}", SUMMARY_DDL.strip())):
         conn.execute(statement)
     conn.cursor().executemany("INSERT INTO fleet.meta(key, value) VALUES (%s, %s)", [
         ("schema_version", str(SCHEMA_VERSION)),
         ("embedding_dim", str(dim)),
         ("embedding_model", model),
         ("partition_seconds", repr(float(partition_days) * 86400.0)),
+        ("place_cell", repr(PLACE_CELL)),
         ("created_at", datetime.now(timezone.utc).isoformat()),
     ])
     conn.commit()
@@ -281,12 +337,29 @@ def init_fleet(conn: Any, dim: int = DEFAULT_DIM, model: str = "",
 
 
 def upgrade(conn: Any, version: int) -> None:
-    """Bring a store of an older schema version up to this one, in one transaction."""
+    """Bring a store of an older schema version up to this one, in one transaction.
+
+    Syncs wait meanwhile (they lock their robot's row): the summaries are filled from a quiet store."""
+    conn.execute("LOCK TABLE fleet.robots IN EXCLUSIVE MODE")
     for target in range(version + 1, SCHEMA_VERSION + 1):
         for statement in UPGRADES[target]:
             conn.execute(statement)
     conn.execute("UPDATE fleet.meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
     conn.commit()
+
+
+def rebuild_summaries(conn: Any, robot_id: str, text_ids: Optional[Iterable[int]] = None,
+                      cell: float = PLACE_CELL) -> None:
+    """Recompute a robot's summary rows (of ``text_ids``, else all) from its observations, in the caller's
+    transaction: after its positions moved (a new transform) or its rows were deleted (a forget)."""
+    where, params = "AND robot_id = %s ", list[Any]([robot_id])
+    if text_ids is not None:
+        where += "AND text_id = ANY(%s) "
+        params.append(sorted(set(text_ids)))
+    for table in ("sightings", "places"):
+        conn.execute(f"DELETE FROM fleet.{table} WHERE true {where}", params)
+    for sql in SUMMARY_BACKFILL:
+        conn.execute(sql.format(where=where, cell=repr(float(cell))), params)
 
 
 class FleetInfo:
@@ -297,6 +370,7 @@ class FleetInfo:
         self.dim = int(meta.get("embedding_dim", 0))
         self.model = meta.get("embedding_model", "")
         self.partition_seconds = float(meta.get("partition_seconds", DEFAULT_PARTITION_DAYS * 86400.0))
+        self.place_cell = float(meta.get("place_cell", PLACE_CELL))
 
 
 def open_fleet(conn: Any, url_for_messages: str) -> FleetInfo:
@@ -359,7 +433,10 @@ def list_partitions(conn: Any) -> list[tuple[str, float, float]]:
 
 
 def detach_partitions(conn: Any, before: float, drop: bool = False) -> list[str]:
-    """Detach (and with ``drop`` delete) every partition that ends at or before ``before``."""
+    """Detach (and with ``drop`` delete) every partition that ends at or before ``before``.
+
+    The summaries then count only what stays attached: they are computed again, in the same transaction
+    (syncs wait on their robots' rows meanwhile)."""
     done = []
     for name, _start, end in list_partitions(conn):
         if end <= before:
@@ -367,6 +444,13 @@ def detach_partitions(conn: Any, before: float, drop: bool = False) -> list[str]
             if drop:
                 conn.execute(f"DROP TABLE fleet.{name}")
             done.append(name)
+    if done:
+        conn.execute("LOCK TABLE fleet.robots IN EXCLUSIVE MODE")
+        row = conn.execute("SELECT value FROM fleet.meta WHERE key = 'place_cell'").fetchone()
+        for table in ("sightings", "places"):
+            conn.execute(f"DELETE FROM fleet.{table}")
+        for sql in SUMMARY_BACKFILL:
+            conn.execute(sql.format(where="", cell=repr(float(row[0]) if row else PLACE_CELL)))
     conn.commit()
     return done
 

@@ -368,6 +368,7 @@ class FleetSync:
             ids = snapshot.experience_ids()
             if ids:
                 writer.apply([ExperiencesByID(ids)])
+            removed = writer.remove_missing(snapshot.keys())
             last_ids = snapshot.last_ids()
         finally:
             snapshot.close()
@@ -379,7 +380,32 @@ class FleetSync:
             totals[name] = totals.get(name, 0) + n
         log.warning("robot %s shipped from the checkpoint copy %s (its log before seq %s was pruned)",
                     self.robot_id, base_path.name, first_seq)
+        if removed:
+            for name, n in removed.items():
+                totals[f"removed {name}"] = totals.get(f"removed {name}", 0) + n
+            self._vacuum(conn, removed)
         return base_seq
+
+    def _vacuum(self, conn: Any, removed: dict[str, int]) -> None:
+        """After deletions (a forget on the robot), VACUUM the tables that lost rows: their index entries
+        (the pgvector graph included) and dead row versions go now, not at autovacuum's leisure. PostgreSQL
+        does not overwrite freed space: the bytes stay in the data files until reused (see the README)."""
+        tables = {"observations": "observations", "texts": "texts", "robot_texts": "robot_texts",
+                  "episodes": "episodes", "gists": "gists", "entities": "entities", "experiences": "experiences",
+                  "edges": "edges"}
+        wanted = sorted({tables[name] for name in removed if name in tables})
+        if not wanted:
+            return
+        if removed.get("observations") or removed.get("texts"):
+            wanted += ["sightings", "places"]
+        conn.commit()
+        conn.autocommit = True
+        try:
+            conn.execute("VACUUM " + ", ".join(f"fleet.{t}" for t in wanted))
+        except Exception as exc:  # the rows are gone; only the clean-up of their space waits for autovacuum
+            log.warning("robot %s: VACUUM after deletions failed: %s", self.robot_id, _first_line(exc))
+        finally:
+            conn.autocommit = False
 
 
 def sync_memory(db_path: str | Path, url: str, robot_id: str, **options: Any) -> SyncReport:

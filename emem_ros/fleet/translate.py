@@ -381,7 +381,9 @@ class Translator:
         if verb == "DELETE":
             if table == "texts":
                 return _Ignore()  # archival drops texts nobody points at; the fleet keeps them
-            raise self._unsupported(text, f"rows are never deleted from the fleet's {table}")
+            raise self._unsupported(text, f"rows of {table} deleted on the robot (a forget or retention run): the "
+                                          "sync waits for the base copy the forget writes when it ends, then "
+                                          "deletes them from the fleet by id")
         raise self._unsupported(text, "unknown statement")
 
     def _compile_insert(self, text: str, table: str) -> _Plan:

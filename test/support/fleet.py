@@ -168,3 +168,49 @@ def robot_workload(memory, clock, n: int = 600, start: Optional[float] = None, s
     age_past_window(memory, clock)
     memory.consolidate_time_window()
     del episode
+
+
+def expected_summaries(tables: dict[str, list[tuple]], cell: float = 0.5) -> dict[str, dict]:
+    """What ``fleet.sightings`` and ``fleet.places`` must hold for a robot, computed here in Python from its
+    observation rows (``robot_rows``/``fleet_rows`` shape): perception with a text, every tier."""
+    sightings: dict[tuple, list] = {}
+    places: dict[tuple, list] = {}
+    for row in tables["observations"]:
+        obs_id, text, stamp, layer, source = row[:5]
+        x, y, z = row[5:8]
+        if text is None or source == "interoception":
+            continue
+        s = sightings.setdefault((text, layer), [0, math.inf, -math.inf, None])
+        s[0] += 1
+        s[1] = min(s[1], stamp)
+        if (stamp, obs_id) >= (s[2], s[3] or -1):
+            s[2], s[3] = stamp, obs_id
+        if x is not None:
+            key = (text, layer, math.floor(x / cell), math.floor(y / cell))
+            p = places.setdefault(key, [0, 0.0, 0.0, 0.0, math.inf, -math.inf])
+            p[0] += 1
+            p[1], p[2], p[3] = p[1] + x, p[2] + y, p[3] + (z or 0.0)
+            p[4], p[5] = min(p[4], stamp), max(p[5], stamp)
+    return {"sightings": {k: tuple(v) for k, v in sightings.items()},
+            "places": {k: tuple(v) for k, v in places.items()}}
+
+
+def fleet_summaries(conn, robot_id: str) -> dict[str, dict]:
+    """The summary rows the fleet store keeps for a robot, in the shape of ``expected_summaries``."""
+    sightings = {(r[0], r[1]): tuple(r[2:]) for r in conn.execute(
+        "SELECT t.text, s.layer, s.count, s.first_stamp, s.last_stamp, s.last_obs_id FROM fleet.sightings s "
+        "JOIN fleet.texts t ON t.id = s.text_id WHERE s.robot_id = %s", (robot_id,))}
+    places = {(r[0], r[1], r[2], r[3]): tuple(r[4:])
+              for r in conn.execute(
+        "SELECT t.text, p.layer, p.cx, p.cy, p.count, p.sx, p.sy, p.sz, p.first_stamp, p.last_stamp "
+        "FROM fleet.places p JOIN fleet.texts t ON t.id = p.text_id WHERE p.robot_id = %s", (robot_id,))}
+    conn.rollback()
+    return {"sightings": sightings, "places": places}
+
+
+def same_summary(a: Optional[tuple], b: Optional[tuple]) -> bool:
+    """Summary rows equal: counts and stamps exactly, coordinate sums to a micrometre (summed in two orders)."""
+    if a is None or b is None or len(a) != len(b):
+        return a is b
+    return all(math.isclose(x, y, rel_tol=0, abs_tol=1e-6) if isinstance(x, float) and isinstance(y, float)
+               else x == y for x, y in zip(a, b))

@@ -54,12 +54,15 @@ def free_port() -> int:
 class PostgresServer:
     """One temporary cluster. Use as a context manager, or call start() and destroy()."""
 
-    def __init__(self, bin_dir: Optional[Path] = None, settings: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, bin_dir: Optional[Path] = None, settings: Optional[dict[str, str]] = None,
+                 root: Optional[Path] = None) -> None:
         self.bin_dir = bin_dir or find_pg_bin()
         self.settings = dict(settings or {})
         """postgresql.conf lines added after ours (e.g. a benchmark's shared_buffers)."""
         self.port = free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="emem-pg-"))
+        if root is not None:  # a kept cluster (a benchmark's fixture): started again on a new port
+            root.mkdir(parents=True, exist_ok=True)
+        self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="emem-pg-"))
         self.data_dir = self.root / "data"
         self.log_file = self.root / "server.log"
         self._run_as: Optional[str] = None
@@ -112,6 +115,9 @@ class PostgresServer:
     def start(self) -> None:
         if not self.data_dir.exists():
             self.init()
+        else:  # a kept cluster: it listens on this run's port
+            with open(self.data_dir / "postgresql.conf", "a", encoding="utf-8") as handle:
+                handle.write(f"port = {self.port}\nunix_socket_directories = '{self.root}'\n")
         self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60", "start",
                   timeout=90.0)
         self.running = True
@@ -169,18 +175,23 @@ class PostgresServer:
                                       f"{INSTALL_HINT}")
 
 
-def start_server(settings: Optional[dict[str, str]] = None) -> PostgresServer:
-    """A started cluster with both extensions available, or PostgresUnavailable saying why."""
+def start_server(settings: Optional[dict[str, str]] = None, root: Optional[Path] = None) -> PostgresServer:
+    """A started cluster with both extensions available, or PostgresUnavailable saying why.
+
+    With ``root`` the cluster lives there and is kept (stop it, do not destroy it)."""
     try:
         import psycopg  # noqa: F401
     except ImportError:
         raise PostgresUnavailable("the Python driver psycopg is not installed (pip install '.[fleet]')") from None
-    server = PostgresServer(settings=settings)
+    server = PostgresServer(settings=settings, root=root)
     try:
         server.start()
         server.check_extensions()
     except BaseException:
-        server.destroy()
+        if root is None:
+            server.destroy()
+        else:
+            server.stop("fast")
         raise
     return server
 
