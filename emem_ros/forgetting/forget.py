@@ -34,6 +34,7 @@ import emem_ros.forgetting.scrub as scrub
 from emem_ros.core.errors import EmemError
 from emem_ros.forgetting.erase import Erased, Eraser
 from emem_ros.forgetting.ledger_redact import matching_experiences, redact
+from emem_ros.forgetting.meaning import dead_letters_meaning
 from emem_ros.forgetting.select import Selection, record_selected, select
 from emem_ros.forgetting.selector import Selector
 
@@ -153,6 +154,7 @@ class Forgetter:
         eraser.observations(sorted(selection.observations), self.batch)
         if selection.texts:
             eraser.orphan_texts(sorted(selection.texts))
+        erased.removed_text_strings += self._archived_strings(selection.cold)
         for n, selector in enumerate(selectors):
             eraser.gists(selector, touched_only=n > 0)
             eraser.entities(selection.entities if n == 0 else set(), selector)
@@ -188,15 +190,29 @@ class Forgetter:
         return any(conn.execute("SELECT 1 FROM observations WHERE text_id=? LIMIT 1", (t,)).fetchone() is None
                    for t in text_ids)
 
+    def _archived_strings(self, numbers: set[int]) -> list[str]:
+        """Texts of the archived observations going that no hot text row still holds.
+
+        Archival deleted their text rows long ago, so the erase did not see them go; episode texts quoting
+        them are scrubbed like those of hot texts that went (``Eraser.episodes``).
+        """
+        if self.cold is None or not numbers:
+            return []
+        conn = self.engine.store.reader()
+        texts = {str(r.get("text") or "") for r in self.cold.iter_records([f"obs-{n}" for n in sorted(numbers)])}
+        return sorted(t for t in texts
+                      if t and conn.execute("SELECT 1 FROM texts WHERE text=? LIMIT 1", (t,)).fetchone() is None)
+
     def _dead_letters(self, selectors: list[Selector], selection: Selection, dry: bool) -> int:
         path = self.engine.dead_letter_path
+        means = dead_letters_meaning(self.engine, path, selectors, record_selected)
 
         def keep(record: dict[str, Any]) -> bool:
             number = scrub.dead_letter_number(record)
             if number is not None and number in selection.observations:
                 return False
-            return not any(record_selected(record, s, stamp_key="timestamp", layer_key="layer_name")
-                           for s in selectors)
+            return not (means(record) or any(record_selected(record, s, stamp_key="timestamp",
+                                                             layer_key="layer_name") for s in selectors))
 
         if dry:
             from emem_ros.ingest.dead_letter import read_dead_letters
