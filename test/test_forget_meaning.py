@@ -72,7 +72,7 @@ def test_an_archived_canary_is_found_by_meaning_and_erased_from_every_file(make_
     provider.calls.clear()
     report = memory.forget(similar_to=QUERY, min_similarity=0.6, reason="asked")
     assert report.observations == 1 and report.cold_records == 1 and report.dead_letters == 1
-    assert report.episodes_scrubbed == 1  # the episode's result quoted the archived text
+    assert report.episodes_scrubbed == 1 and report.episodes_resummarised == 1  # its result quoted the archived text
     assert holders(db, [UNIQUE, CANARY.encode()]) == {}
     assert memory._consolidation.cold.count() == cold_before - 1  # the other archived records stay
     assert memory.locate("blue chair") == chair

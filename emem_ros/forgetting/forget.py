@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import emem_ros.forgetting.audit as audit
 import emem_ros.forgetting.scrub as scrub
+from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.core.errors import EmemError
+from emem_ros.forgetting.episodes import episodes_of, resummarise
 from emem_ros.forgetting.erase import Erased, Eraser
 from emem_ros.forgetting.ledger_redact import matching_experiences, redact
 from emem_ros.forgetting.meaning import dead_letters_meaning
@@ -62,6 +64,7 @@ class ForgetReport:
     entities_removed: int = 0
     entities_updated: int = 0
     episodes_scrubbed: int = 0
+    episodes_resummarised: int = 0
     experiences_redacted: int = 0
     cold_records: int = 0
     dead_letters: int = 0
@@ -94,7 +97,8 @@ class ForgetReport:
             return head + extra + (f": {shown}" if shown else "")
         parts = [f"forgot {self.observations} observation(s)"]
         for name in ("archived", "texts", "gists_removed", "gists_resummarised", "entities_removed",
-                     "episodes_scrubbed", "experiences_redacted", "cold_records", "dead_letters"):
+                     "episodes_scrubbed", "episodes_resummarised", "experiences_redacted", "cold_records",
+                     "dead_letters"):
             value = getattr(self, name)
             if value:
                 parts.append(f"{name.replace('_', ' ')}: {value}")
@@ -110,10 +114,13 @@ def default_who() -> str:
 
 
 class Forgetter:
-    def __init__(self, engine: "Engine", cold: Optional["ColdStore"], batch: int = BATCH) -> None:
+    def __init__(self, engine: "Engine", cold: Optional["ColdStore"], batch: int = BATCH,
+                 summaries: Optional["SummaryWriter"] = None) -> None:
         self.engine = engine
         self.cold = cold
         self.batch = max(1, int(batch))
+        self.summaries = summaries if summaries is not None else SummaryWriter(None)
+        """Episode summaries are written again through it (the memory's: its LLM when one is configured)."""
 
     def forget(self, selector: Selector, *, reason: str = "", who: Optional[str] = None, dry_run: bool = False,
                kind: str = "forget") -> ForgetReport:
@@ -151,6 +158,7 @@ class Forgetter:
             return report
         erased = Erased()
         eraser = Eraser(engine, erased, self.cold)
+        touched_episodes = episodes_of(store.reader(), selection.observations)
         eraser.observations(sorted(selection.observations), self.batch)
         if selection.texts:
             eraser.orphan_texts(sorted(selection.texts))
@@ -159,6 +167,9 @@ class Forgetter:
             eraser.gists(selector, touched_only=n > 0)
             eraser.entities(selection.entities if n == 0 else set(), selector)
             eraser.episodes(selector)
+        report.episodes_resummarised = resummarise(
+            engine, self.summaries, touched_episodes | erased.episodes,
+            [eraser._scrub_pattern(s if s.words_only else None) for s in selectors])
         now = engine.now()
         timer = scrub.LockTimer()
         timer.held("batches", erased.longest_lock)
