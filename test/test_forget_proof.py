@@ -8,20 +8,18 @@ an export made afterwards does not contain it; other answers are unchanged.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
-import hnswlib
 import numpy as np
 import pytest
 
 from emem_ros import Memory, MemoryConfig
 from emem_ros.embeddings import HashingEmbeddingProvider
 from emem_ros.ingest.dead_letter import write_dead_letters
-from emem_ros.storage.oplog import DECODERS, decode, iter_payloads
 from emem_ros.storage.rebuild import rebuild_from_log
 from emem_ros.storage.store import NewObservation
+from test.support.forget_scan import holders, vector_needles
 
 CANARY = "a man in a red jacket qzxcanary4711 waves at the door"
 UNIQUE = b"qzxcanary4711"
@@ -35,58 +33,6 @@ def canary_vector(dim: int) -> np.ndarray:
     rng = np.random.default_rng(4711)
     vector = rng.standard_normal(dim).astype(np.float32)
     return vector / np.linalg.norm(vector)
-
-
-def memory_files(db: Path) -> list[Path]:
-    """Every file the memory keeps: the db and its sidecars, and everything in folders named after it."""
-    out = []
-    for entry in db.parent.iterdir():
-        if not entry.name.startswith(db.name):
-            continue
-        if entry.is_dir():
-            out += [p for p in entry.rglob("*") if p.is_file()]
-        else:
-            out.append(entry)
-    return out
-
-
-def readable_bytes(path: Path) -> bytes:
-    """The file's bytes, plus what a reader gets out of it: gzip members inflated, log records decoded."""
-    data = path.read_bytes()
-    if path.name.endswith(".gz"):
-        data += gzip.decompress(data) if data else b""
-    if path.suffix == ".seg" and data[:8] in DECODERS:
-        for _seq, magic, payload, _pos in iter_payloads(path.parent):
-            data += repr(decode(payload, magic)).encode()
-            for _sql, params, _many in decode(payload, magic):
-                rows = params if _many else [params]
-                for row in rows:
-                    for value in (row.values() if isinstance(row, dict) else row):
-                        if isinstance(value, (bytes, str)):
-                            data += value if isinstance(value, bytes) else value.encode()
-    return data
-
-
-def holders(db: Path, needles: list[bytes]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for path in memory_files(db):
-        data = readable_bytes(path)
-        hits = [needle[:24].hex() if not needle.isascii() else needle.decode() for needle in needles if needle in data]
-        if hits:
-            found[str(path.relative_to(db.parent))] = hits
-    return found
-
-
-def _vector_needles(vector: np.ndarray) -> list[bytes]:
-    """The vector's float32 bytes as given and as hnswlib keeps it (normalised by its own arithmetic)."""
-    index = hnswlib.Index(space="cosine", dim=len(vector))
-    index.init_index(max_elements=1)
-    index.add_items(vector.reshape(1, -1), [0])
-    kept = np.asarray(index.get_items([0]), dtype=np.float32)[0]
-    out = []
-    for raw in (vector.astype("<f4").tobytes(), kept.astype("<f4").tobytes()):
-        out += [raw, raw[:64], raw[len(raw) // 2:len(raw) // 2 + 64]]
-    return out
 
 
 def _config(db: Path, **extra) -> MemoryConfig:
@@ -148,7 +94,7 @@ def test_a_forgotten_canary_is_in_no_file_after_forget_rebuild_reopen_and_export
     memory.export_to(export_before)
     assert UNIQUE in export_before.read_bytes()
     memory.save()
-    needles = [CANARY.encode(), UNIQUE, ARCHIVED_UNIQUE, LEDGER_UNIQUE, *_vector_needles(vector)]
+    needles = [CANARY.encode(), UNIQUE, ARCHIVED_UNIQUE, LEDGER_UNIQUE, *vector_needles(vector)]
     before = holders(db, needles)
     assert any(".log" in k for k in before) and any(".cold" in k for k in before), sorted(before)
     assert any(".idx" in k for k in before) and any("deadletter" in k for k in before), before

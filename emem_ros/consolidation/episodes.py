@@ -146,21 +146,28 @@ class EpisodeConsolidator:
         return report
 
     def _summary(self, episode: Episode, number: int) -> tuple[str, str]:
-        """From all of the episode's gists (also those of an earlier, interrupted run)."""
-        conn = self.engine.store.reader()
-        gists = conn.execute(
-            "SELECT text, source_count FROM gists WHERE episode_id = ? ORDER BY time_start, id", (number,)
-        ).fetchall()
-        children = conn.execute(
-            "SELECT name, status, success, summary FROM episodes WHERE parent_id = ? ORDER BY start, id", (number,)
-        ).fetchall()
-        body = episode_body_line(conn, number)
-        fallback = fallback_episode_summary(episode, [g[0] for g in gists], sum(g[1] for g in gists), children,
-                                            body)
-        lines = [g[0] for g in gists] + [f"subtask {c[0]}: {c[3] or c[1]}" for c in children]
-        if body:
-            lines.append(f"robot body: {body}")
-        return self.writer.write(lines, _episode_context(episode), fallback)
+        return summarise_episode(self.engine, self.writer, episode, number)
+
+
+def summarise_episode(engine: "Engine", writer: SummaryWriter, episode: Episode, number: int) -> tuple[str, str]:
+    """(summary, 'llm' | 'fallback') from all of the episode's gists (also those of an earlier, interrupted run).
+
+    end_episode's consolidation writes it; a forget re-writes it from what remains (forgetting/episodes.py).
+    """
+    conn = engine.store.reader()
+    gists = conn.execute(
+        "SELECT text, source_count FROM gists WHERE episode_id = ? ORDER BY time_start, id", (number,)
+    ).fetchall()
+    children = conn.execute(
+        "SELECT name, status, success, summary FROM episodes WHERE parent_id = ? ORDER BY start, id", (number,)
+    ).fetchall()
+    body = episode_body_line(conn, number)
+    fallback = fallback_episode_summary(episode, [g[0] for g in gists], sum(g[1] for g in gists), children,
+                                        body)
+    lines = [g[0] for g in gists] + [f"subtask {c[0]}: {c[3] or c[1]}" for c in children]
+    if body:
+        lines.append(f"robot body: {body}")
+    return writer.write(lines, _episode_context(episode), fallback)
 
 
 def episode_body_line(conn: Any, number: int) -> str:

@@ -72,6 +72,8 @@ class Erased:
     gists: set[int] = field(default_factory=set)
     entities: set[int] = field(default_factory=set)
     removed_text_strings: list[str] = field(default_factory=list)
+    episodes: set[int] = field(default_factory=set)
+    """Episodes whose texts were scrubbed (forgetting/episodes.py summarises them again)."""
 
 
 class Eraser:
@@ -358,6 +360,7 @@ class Eraser:
                 index, row = self.store.vectors["episodes"], vector.reshape(1, -1)
                 self.store.update_index("episodes", functools.partial(index.add, np.array([number]), row))
             self.erased.episodes_scrubbed += 1
+            self.erased.episodes.add(number)
 
     def _drop_vector(self, name: str, label: int) -> None:
         self.store.update_index(name, functools.partial(self.store.vectors[name].remove, [label]))

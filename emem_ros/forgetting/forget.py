@@ -31,9 +31,12 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import emem_ros.forgetting.audit as audit
 import emem_ros.forgetting.scrub as scrub
+from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.core.errors import EmemError
+from emem_ros.forgetting.episodes import episodes_of, resummarise
 from emem_ros.forgetting.erase import Erased, Eraser
 from emem_ros.forgetting.ledger_redact import matching_experiences, redact
+from emem_ros.forgetting.meaning import dead_letters_meaning
 from emem_ros.forgetting.select import Selection, record_selected, select
 from emem_ros.forgetting.selector import Selector
 
@@ -61,6 +64,7 @@ class ForgetReport:
     entities_removed: int = 0
     entities_updated: int = 0
     episodes_scrubbed: int = 0
+    episodes_resummarised: int = 0
     experiences_redacted: int = 0
     cold_records: int = 0
     dead_letters: int = 0
@@ -93,7 +97,8 @@ class ForgetReport:
             return head + extra + (f": {shown}" if shown else "")
         parts = [f"forgot {self.observations} observation(s)"]
         for name in ("archived", "texts", "gists_removed", "gists_resummarised", "entities_removed",
-                     "episodes_scrubbed", "experiences_redacted", "cold_records", "dead_letters"):
+                     "episodes_scrubbed", "episodes_resummarised", "experiences_redacted", "cold_records",
+                     "dead_letters"):
             value = getattr(self, name)
             if value:
                 parts.append(f"{name.replace('_', ' ')}: {value}")
@@ -109,10 +114,13 @@ def default_who() -> str:
 
 
 class Forgetter:
-    def __init__(self, engine: "Engine", cold: Optional["ColdStore"], batch: int = BATCH) -> None:
+    def __init__(self, engine: "Engine", cold: Optional["ColdStore"], batch: int = BATCH,
+                 summaries: Optional["SummaryWriter"] = None) -> None:
         self.engine = engine
         self.cold = cold
         self.batch = max(1, int(batch))
+        self.summaries = summaries if summaries is not None else SummaryWriter(None)
+        """Episode summaries are written again through it (the memory's: its LLM when one is configured)."""
 
     def forget(self, selector: Selector, *, reason: str = "", who: Optional[str] = None, dry_run: bool = False,
                kind: str = "forget") -> ForgetReport:
@@ -150,13 +158,18 @@ class Forgetter:
             return report
         erased = Erased()
         eraser = Eraser(engine, erased, self.cold)
+        touched_episodes = episodes_of(store.reader(), selection.observations)
         eraser.observations(sorted(selection.observations), self.batch)
         if selection.texts:
             eraser.orphan_texts(sorted(selection.texts))
+        erased.removed_text_strings += self._archived_strings(selection.cold)
         for n, selector in enumerate(selectors):
             eraser.gists(selector, touched_only=n > 0)
             eraser.entities(selection.entities if n == 0 else set(), selector)
             eraser.episodes(selector)
+        report.episodes_resummarised = resummarise(
+            engine, self.summaries, touched_episodes | erased.episodes,
+            [eraser._scrub_pattern(s if s.words_only else None) for s in selectors])
         now = engine.now()
         timer = scrub.LockTimer()
         timer.held("batches", erased.longest_lock)
@@ -188,15 +201,29 @@ class Forgetter:
         return any(conn.execute("SELECT 1 FROM observations WHERE text_id=? LIMIT 1", (t,)).fetchone() is None
                    for t in text_ids)
 
+    def _archived_strings(self, numbers: set[int]) -> list[str]:
+        """Texts of the archived observations going that no hot text row still holds.
+
+        Archival deleted their text rows long ago, so the erase did not see them go; episode texts quoting
+        them are scrubbed like those of hot texts that went (``Eraser.episodes``).
+        """
+        if self.cold is None or not numbers:
+            return []
+        conn = self.engine.store.reader()
+        texts = {str(r.get("text") or "") for r in self.cold.iter_records([f"obs-{n}" for n in sorted(numbers)])}
+        return sorted(t for t in texts
+                      if t and conn.execute("SELECT 1 FROM texts WHERE text=? LIMIT 1", (t,)).fetchone() is None)
+
     def _dead_letters(self, selectors: list[Selector], selection: Selection, dry: bool) -> int:
         path = self.engine.dead_letter_path
+        means = dead_letters_meaning(self.engine, path, selectors, record_selected)
 
         def keep(record: dict[str, Any]) -> bool:
             number = scrub.dead_letter_number(record)
             if number is not None and number in selection.observations:
                 return False
-            return not any(record_selected(record, s, stamp_key="timestamp", layer_key="layer_name")
-                           for s in selectors)
+            return not (means(record) or any(record_selected(record, s, stamp_key="timestamp",
+                                                             layer_key="layer_name") for s in selectors))
 
         if dry:
             from emem_ros.ingest.dead_letter import read_dead_letters

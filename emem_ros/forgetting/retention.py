@@ -25,6 +25,7 @@ from emem_ros.forgetting.selector import Selector, make_selector
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.consolidation.coldstore import ColdStore
+    from emem_ros.consolidation.summaries import SummaryWriter
     from emem_ros.core.config import MemoryConfig
     from emem_ros.engine import Engine
 
@@ -44,7 +45,8 @@ def has_policies(config: "MemoryConfig") -> bool:
     return bool(config.retention_max_age or config.retention_rules)
 
 
-def apply_retention(engine: "Engine", cold: Optional["ColdStore"]) -> Optional[ForgetReport]:
+def apply_retention(engine: "Engine", cold: Optional["ColdStore"],
+                    summaries: Optional["SummaryWriter"] = None) -> Optional[ForgetReport]:
     """Forget what the policies say is too old; None when there are no policies."""
     if not has_policies(engine.config):
         return None
@@ -53,5 +55,5 @@ def apply_retention(engine: "Engine", cold: Optional["ColdStore"]) -> Optional[F
                          for layer, age in sorted(engine.config.retention_max_age.items()))
     rules = len(engine.config.retention_rules)
     reason = "retention policy" + (f": {describe}" if describe else "") + (f"; {rules} word rule(s)" if rules else "")
-    return Forgetter(engine, cold).forget_many(chosen, reason=reason, who="retention", kind="retention",
+    return Forgetter(engine, cold, summaries=summaries).forget_many(chosen, reason=reason, who="retention", kind="retention",
                                                skip_if_empty=True)

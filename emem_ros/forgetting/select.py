@@ -3,8 +3,9 @@
 Read-only, on the caller's reader connection: nothing is locked while the
 selection is worked out. Archived observations keep no text in SQLite, so a
 ``match`` finds them in the cold store (their skeleton rows are then
-selected by id); meaning (``similar_to``) reaches hot texts only, because the
-cold store keeps no vectors.
+selected by id); meaning (``similar_to``) asks the vector index for hot texts
+and embeds archived ones at selection time (``meaning.py``: the cold store
+keeps no vectors).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from emem_ros.core.errors import UnknownNodeError
 from emem_ros.core.types import EdgeKind, NodeKind, parse_id
+from emem_ros.forgetting.meaning import cold_similar
 from emem_ros.forgetting.selector import Selector, within
 from emem_ros.storage.sqlutil import chunked, marks
 
@@ -73,10 +75,12 @@ def select(engine: "Engine", conn: sqlite3.Connection, selector: Selector,
         out.observations = _rows(conn, where, params, selector)
     archived = _archived(conn, out.observations)
     out.cold |= archived
-    if cold is not None and selector.match and not selector.similar_to and entity_obs is None:
-        for number in cold_matches(cold, selector):
-            out.cold.add(number)
-            out.observations.add(number)
+    if cold is not None and entity_obs is None and (selector.match or selector.similar_to):
+        # Archived texts: words are read from the cold store, meaning is embedded there (meaning.py).
+        found = cold_similar(engine, cold, selector, record_selected) if selector.similar_to \
+            else cold_matches(cold, selector)
+        out.cold |= found
+        out.observations |= found
     return out
 
 
