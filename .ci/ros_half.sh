@@ -18,7 +18,8 @@ cd "$(dirname "$script")/.."
 root=$(pwd)
 shared=${SHARED_ROS2:-../shared/ros2}
 venv=${ROS_VENV:-.venv-ros}
-ws=${EMEM_ROS_WS:-${TMPDIR:-/tmp}/emem_ros_ws_$(id -u)}
+# One workspace per checkout: a CMake cache made for another checkout's interpreter breaks the build.
+ws=${EMEM_ROS_WS:-${TMPDIR:-/tmp}/emem_ros_ws_$(id -u)_$(printf %s "$root" | sha1sum | cut -c1-8)}
 
 if [ ! -f "$shared/install.sh" ] || [ ! -f "$shared/env.sh" ]; then
   echo "ROS half: SKIPPED — no ROS 2 for this machine ($shared/install.sh and env.sh not found); test/ros/ did not run"
@@ -51,6 +52,10 @@ source "$venv/bin/activate"
 
 mkdir -p "$ws/src"
 ln -sfn "$root" "$ws/src/emem_ros"
+if [ "$(cat "$ws/.python" 2>/dev/null)" != "$(command -v python3)" ]; then
+  rm -rf "$ws/build" "$ws/install"  # built for another interpreter (a venv since removed): start clean
+  command -v python3 >"$ws/.python"
+fi
 echo "ROS half: colcon build of emem_ros in $ws (python3 = $(command -v python3))"
 (cd "$ws" && MAKEFLAGS=-j2 colcon build --packages-select emem_ros --event-handlers console_cohesion- \
    >"$ws/build.log" 2>&1) || { tail -50 "$ws/build.log"; echo "ROS half: colcon build FAILED"; exit 1; }
