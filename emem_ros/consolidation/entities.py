@@ -468,6 +468,13 @@ def _by_bearings(sighting: Sighting) -> list[Sighting]:
     return out
 
 
+def _let_questions_go(stop: Optional[threading.Event]) -> None:
+    """Pause while a question runs (the worker's stop event does, ``worker._StopEvent``): planning a step is
+    pure Python, and a question sharing the interpreter with it waits. A set stop is honoured between steps."""
+    if stop is not None:
+        stop.is_set()
+
+
 def _rank(sighting: Sighting) -> int:
     return 0 if sighting.precise else 1 if sighting.fix is not None else 2
 
@@ -504,7 +511,7 @@ class EntityExtractor:
         self._row_labels: dict[tuple[str, Optional[str]], tuple[tuple[str, ...], bool]] = {}
         """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._llm_failures = 0
-        self.budget = TransactionBudget()
+        self.budget = TransactionBudget(first=64, most=1024)
         """Statements per entity transaction, adapted to ~25 ms of writer lock (kept across runs)."""
 
     # ------------------------------------------------------------------ the run
@@ -572,7 +579,10 @@ class EntityExtractor:
         report.deferred = len(deferred)
 
         kinds = classify_layers([r for c in clusters for r in c])
-        sightings_by_cluster = [self._sightings(cluster, kinds, report) for cluster in clusters]
+        sightings_by_cluster = []
+        for cluster in clusters:
+            _let_questions_go(stop)
+            sightings_by_cluster.append(self._sightings(cluster, kinds, report))
         self._resolve_and_write(sightings_by_cluster, new_marks, report, stop)
         report.observations += sum(len(c) for c in clusters)
         return limited or late_limited
@@ -823,6 +833,7 @@ class EntityExtractor:
         claimed: list[dict[tuple[str, int], set[int]]] = [{} for _ in by_cluster]
         for rank in (0, 1, 2):  # measured, then triangulated, then robot-pose sightings
             for visit, sightings in enumerate(by_cluster):
+                _let_questions_go(stop)
                 for sighting in sightings:
                     if _rank(sighting) != rank:
                         continue

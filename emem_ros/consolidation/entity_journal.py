@@ -24,6 +24,8 @@ pair, ``src`` the lower entity number).
 from __future__ import annotations
 
 import base64
+import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +50,8 @@ from emem_ros.storage.sqlutil import inserted_id
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.storage.store import MemoryStore
 
+log = logging.getLogger(__name__)
+
 EDGE_SQL = (
     "INSERT INTO edges(kind, src, dst, weight, updated) VALUES(?,?,?,?,?)"
     " ON CONFLICT(kind, src, dst) DO UPDATE SET weight = weight + excluded.weight, updated = excluded.updated"
@@ -60,6 +64,8 @@ UPDATE_SQL = (
     "UPDATE entities SET x=?, y=?, z=?, spread=?, first_seen=?, last_seen=?, sightings=?,"
     " confidence=?, metadata=? WHERE id=?"
 )
+
+JOURNAL_SQL = "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)"
 
 
 @dataclass
@@ -146,6 +152,9 @@ def apply(store: "MemoryStore", plan: EntityPlan, budget: TransactionBudget, pro
     """
     journal = progress is not None
     progress = progress if progress is not None else Progress()
+    text = None  # the plan as stored, serialised before the lock (only when it takes more than one part)
+    if not journal and plan.statements > budget.size:
+        text = json.dumps(plan.to_json(), separators=(",", ":"))
     out = Applied()
     total = plan.statements
     while True:
@@ -162,11 +171,15 @@ def apply(store: "MemoryStore", plan: EntityPlan, budget: TransactionBudget, pro
                         drop_value(conn, ENTITY_PROGRESS)
                 else:
                     if not journal:
-                        write_value(conn, ENTITY_PENDING, plan.to_json())
+                        text = text or json.dumps(plan.to_json(), separators=(",", ":"))
+                        conn.execute(JOURNAL_SQL, (ENTITY_PENDING, text))
                         journal = True
                     write_value(conn, ENTITY_PROGRESS, {**progress.to_json(), "done": end})
             progress.done = end
-            budget.took(end - start, time.perf_counter() - began)
+            held = time.perf_counter() - began
+            budget.took(end - start, held)
+        log.debug("entity statements %d-%d of %d in %.1f ms%s", start, end, total, held * 1000,
+                  f" (journal {len(text)} bytes)" if text and start == 0 else "")
         out.transactions += 1
         if created:
             out.created += created
