@@ -12,9 +12,14 @@ as absolute values), then applied in parts of about ``storage/budget.py``'s
 stores it in ``meta`` (``entities.pending``), and every part records in the
 same transaction how many statements are committed and the numbers new
 entities got (``entities.progress``). The last part writes the step's marks
-and drops both. A run that finds a pending plan (a crash, a stop between
-parts) applies what is left of it before reading anything new: each statement
-is committed exactly once, and the result equals an uninterrupted run's.
+and drops both. A run that finds a pending plan (after a crash) applies what
+is left of it before reading anything new: each statement is committed
+exactly once, and the result equals an uninterrupted run's. A stop request
+does not leave a plan half done (a shutdown finishes it: a few short parts);
+between parts the step pauses while a question runs.
+
+Other writers may commit between parts (a forget): edges are written only to
+observations and entities that still exist then.
 
 Statements run in plan order: entity rows first (new ones numbered by their
 INSERT), then OBSERVED_IN edges, then COOCCURS_WITH edges (stored once per
@@ -45,7 +50,7 @@ from emem_ros.consolidation.state import (
 )
 from emem_ros.core.types import EdgeKind, NodeKind, make_id
 from emem_ros.storage.budget import TransactionBudget
-from emem_ros.storage.sqlutil import inserted_id
+from emem_ros.storage.sqlutil import chunked, inserted_id, marks
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.storage.store import MemoryStore
@@ -132,7 +137,7 @@ class Applied:
 
 
 def pending(store: "MemoryStore") -> Optional[tuple[EntityPlan, Progress]]:
-    """The plan a crashed or stopped step left, with its progress; None when there is none."""
+    """The plan a crashed step left, with its progress; None when there is none."""
     conn = store.reader()
     plan = EntityPlan.from_json(read_value(conn, ENTITY_PENDING))
     if plan is None:
@@ -147,8 +152,8 @@ def apply(store: "MemoryStore", plan: EntityPlan, budget: TransactionBudget, pro
 
     A fresh plan (``progress`` None) is journalled in its first transaction
     unless it fits in one. ``on_created(pairs of number, vector)`` is called
-    after each commit that made entities. Stops between parts when ``stop``
-    is set (the journal keeps the rest for the next run).
+    after each commit that made entities. Between parts it checks ``stop``
+    only to let a running question go first (the worker's stop event pauses).
     """
     journal = progress is not None
     progress = progress if progress is not None else Progress()
@@ -188,8 +193,8 @@ def apply(store: "MemoryStore", plan: EntityPlan, budget: TransactionBudget, pro
         if end >= total:
             out.finished = True
             return out
-        if stop is not None and stop.is_set():
-            return out
+        if stop is not None:
+            stop.is_set()  # pauses while a question runs; a stop waits for the plan's end
 
 
 def _run(conn: Any, plan: EntityPlan, progress: Progress, start: int, end: int) -> list[tuple[int, np.ndarray]]:
@@ -215,17 +220,32 @@ def _run(conn: Any, plan: EntityPlan, progress: Progress, start: int, end: int) 
     hi = max(0, min(end - n_entities, n_observed))
     if hi > lo:
         kind = EdgeKind.OBSERVED_IN.value
+        part = plan.observed[lo:hi]
+        alive = _existing(conn, "observations", {int(oid) for _, oid, _ in part})
+        entities = _existing(conn, "entities", {number(key) for key, _, _ in part})
         conn.executemany(EDGE_SQL, [
             (kind, make_id(NodeKind.ENTITY, number(key)), make_id(NodeKind.OBSERVATION, oid), float(n), plan.now)
-            for key, oid, n in plan.observed[lo:hi]])
+            for key, oid, n in part if oid in alive and number(key) in entities])
     lo = max(start, n_entities + n_observed) - n_entities - n_observed
     hi = max(0, end - n_entities - n_observed)
     if hi > lo:
         kind = EdgeKind.COOCCURS_WITH.value
         rows = []
-        for a, b, count in plan.pairs[lo:hi]:
+        pairs = plan.pairs[lo:hi]
+        entities = _existing(conn, "entities", {number(k) for a, b, _ in pairs for k in (a, b)})
+        for a, b, count in pairs:
+            if number(a) not in entities or number(b) not in entities:
+                continue  # forgotten since the plan was made
             first_number, second_number = sorted((number(a), number(b)))
             rows.append((kind, make_id(NodeKind.ENTITY, first_number), make_id(NodeKind.ENTITY, second_number),
                          float(count), plan.now))
         conn.executemany(EDGE_SQL, rows)
     return created
+
+
+def _existing(conn: Any, table: str, ids: set[int]) -> set[int]:
+    """Which of these rows still exist (a forget may have committed between two parts)."""
+    found: set[int] = set()
+    for chunk in chunked(sorted(ids)):
+        found.update(r[0] for r in conn.execute(f"SELECT id FROM {table} WHERE id IN ({marks(len(chunk))})", chunk))
+    return found
