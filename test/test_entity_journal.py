@@ -119,3 +119,39 @@ def test_a_crash_between_parts_leaves_the_same_counts_as_an_uninterrupted_run(tm
         crashed.close()
     assert entities == expected[0]  # sightings, moments and places counted once
     assert edges == expected[1]  # OBSERVED_IN and COOCCURS_WITH weights added once
+
+
+def test_a_forget_between_parts_leaves_no_edge_to_what_it_erased(tmp_path, clock):
+    """Parts are separate transactions: a forget may commit between them, and later parts skip what it erased."""
+    from emem_ros.consolidation import entity_journal
+    from emem_ros.consolidation.entity_journal import EntityPlan, encode_vector
+    from emem_ros.consolidation.state import Marks
+
+    memory = open_memory(tmp_path / "m.db", clock)
+    try:
+        for i in range(6):
+            memory.add("red mug" if i % 2 else "blue cup", x=1.0, y=1.0, timestamp=clock.now + i)
+        memory.flush()
+        ids = [r[0] for r in memory.store.reader().execute("SELECT id FROM observations ORDER BY id")]
+        vector = encode_vector(memory.engine.embed_texts(["mug"])[0])
+        row = ["mug", "object", 1.0, 1.0, 0.0, 0.1, clock.now, clock.now, 3, 0.9, "detections", "{}", vector]
+        plan = EntityPlan(marks=Marks(stamp=clock.now + 10, id=ids[-1]), now=clock.now,
+                          entities=[[-1, None, *row], [-2, None, *row]],
+                          observed=[[-1, oid, 1] for oid in ids], pairs=[[-1, -2, 1]])
+        forgotten = []
+
+        def forget_once(created):
+            if not forgotten:  # after the first entity's part committed, before the edges
+                forgotten.append(memory.forget(match="blue cup", reason="test"))
+
+        applied = entity_journal.apply(memory.store, plan, TransactionBudget(first=1, least=1, most=1),
+                                       on_created=forget_once)
+        assert applied.finished and applied.transactions == plan.statements
+        assert forgotten and forgotten[0].observations == 3
+        conn = memory.store.reader()
+        alive = {r[0] for r in conn.execute("SELECT id FROM observations")}
+        dst = [r[0] for r in conn.execute("SELECT dst FROM edges WHERE kind='OBSERVED_IN'")]
+        assert sorted(dst) == sorted(f"obs-{i}" for i in alive) and len(alive) == 3
+        assert conn.execute("SELECT COUNT(*) FROM edges WHERE kind='COOCCURS_WITH'").fetchone()[0] == 1
+    finally:
+        memory.close()
