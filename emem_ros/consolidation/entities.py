@@ -85,7 +85,9 @@ Edges
   number (``cooccurrences()`` reads both columns). Never duplicated.
 
 Only the consolidation worker writes entities (one thread: read-modify-write
-of an entity's running statistics is safe).
+of an entity's running statistics is safe). A step's writes are planned first
+and committed in short transactions (``entity_journal.py``): a crash between
+them never counts a sighting twice.
 """
 
 from __future__ import annotations
@@ -104,15 +106,18 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.consolidation import entity_journal
 from emem_ros.consolidation.entity_bearings import BearingTrack, fix_radius, partition, points_at
+from emem_ros.consolidation.entity_journal import EntityPlan, Progress, encode_vector
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
-from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks, write_marks
+from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.triangulation import Fix
 from emem_ros.geometry.uncertainty import MEASURED_FLOOR, circle_radius, pose_region
-from emem_ros.storage.sqlutil import chunked, inserted_id, marks
+from emem_ros.storage.budget import TransactionBudget
+from emem_ros.storage.sqlutil import chunked, marks
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine
@@ -127,10 +132,6 @@ and still count as that object: 2-D detectors see household objects 6-7 m away (
 MAX_PLACES = 16
 ROWS_PER_STEP = 20_000
 TEXT_CACHE = 4096
-EDGE_SQL = (
-    "INSERT INTO edges(kind, src, dst, weight, updated) VALUES(?,?,?,?,?)"
-    " ON CONFLICT(kind, src, dst) DO UPDATE SET weight = weight + excluded.weight, updated = excluded.updated"
-)
 _INTEROCEPTION = SourceType.INTEROCEPTION.value
 _SIGNATURE = operator.attrgetter("source_type", "layer", "text", "metadata_json")
 """What decides a row's part in a visit's sightings (``_plan``)."""
@@ -150,6 +151,7 @@ class EntityReport:
     cooccurrences: int = 0
     llm_calls: int = 0
     deferred: int = 0
+    transactions: int = 0
     seconds: float = 0.0
     complete: bool = True
 
@@ -466,6 +468,13 @@ def _by_bearings(sighting: Sighting) -> list[Sighting]:
     return out
 
 
+def _let_questions_go(stop: Optional[threading.Event]) -> None:
+    """Pause while a question runs (the worker's stop event does, ``worker._StopEvent``): planning a step is
+    pure Python, and a question sharing the interpreter with it waits. A set stop is honoured between steps."""
+    if stop is not None:
+        stop.is_set()
+
+
 def _rank(sighting: Sighting) -> int:
     return 0 if sighting.precise else 1 if sighting.fix is not None else 2
 
@@ -479,13 +488,6 @@ def same_object_reach(state: EntityState, radius: float) -> float:
     radius: that is for positions where the robot stood, metres from the object.
     """
     return min(radius, INSTANCE_SEPARATION + 2.0 * state.object.spread)
-
-
-def _entity_id(state: EntityState) -> str:
-    """The node id of an entity written in this transaction (numbered by its INSERT)."""
-    if state.number is None:
-        raise ValueError(f"entity {state.name!r} has no row yet")
-    return make_id(NodeKind.ENTITY, state.number)
 
 
 def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
@@ -509,6 +511,8 @@ class EntityExtractor:
         self._row_labels: dict[tuple[str, Optional[str]], tuple[tuple[str, ...], bool]] = {}
         """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._llm_failures = 0
+        self.budget = TransactionBudget(first=64, most=1024)
+        """Statements per entity transaction, adapted to ~25 ms of writer lock (kept across runs)."""
 
     # ------------------------------------------------------------------ the run
     def run(self, stop: Optional[threading.Event] = None, final: bool = False) -> EntityReport:
@@ -520,14 +524,17 @@ class EntityExtractor:
             if stop is not None and stop.is_set():
                 report.complete = False
                 break
-            more = self._step(report, final)
+            more = self._step(report, final, stop)
             if not more:
                 break
         report.seconds = time.perf_counter() - started
         return report
 
-    def _step(self, report: EntityReport, final: bool) -> bool:
+    def _step(self, report: EntityReport, final: bool, stop: Optional[threading.Event] = None) -> bool:
         engine, store = self.engine, self.engine.store
+        left = entity_journal.pending(store)
+        if left is not None:  # a crashed or stopped step: finish it before reading anything new
+            return self._apply(*left, stop, report)
         conn = store.reader()
         marks = read_marks(conn, ENTITY_MARKS)
         top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
@@ -572,8 +579,11 @@ class EntityExtractor:
         report.deferred = len(deferred)
 
         kinds = classify_layers([r for c in clusters for r in c])
-        sightings_by_cluster = [self._sightings(cluster, kinds, report) for cluster in clusters]
-        self._resolve_and_write(sightings_by_cluster, new_marks, report)
+        sightings_by_cluster = []
+        for cluster in clusters:
+            _let_questions_go(stop)
+            sightings_by_cluster.append(self._sightings(cluster, kinds, report))
+        self._resolve_and_write(sightings_by_cluster, new_marks, report, stop)
         report.observations += sum(len(c) for c in clusters)
         return limited or late_limited
 
@@ -802,8 +812,9 @@ class EntityExtractor:
                 best = (key, state)
         return best[1] if best else None
 
-    def _resolve_and_write(self, by_cluster: list[list[Sighting]], marks: Marks, report: EntityReport) -> None:
-        """Match every sighting to an entity (or make one), then write all in one transaction.
+    def _resolve_and_write(self, by_cluster: list[list[Sighting]], marks: Marks, report: EntityReport,
+                           stop: Optional[threading.Event] = None) -> None:
+        """Match every sighting to an entity (or make one), then write all (``_write``).
 
         Measured sightings of the whole run go first, then the robot-pose ones:
         a 2-D detection then finds the object a 3-D detection placed, even one
@@ -822,6 +833,7 @@ class EntityExtractor:
         claimed: list[dict[tuple[str, int], set[int]]] = [{} for _ in by_cluster]
         for rank in (0, 1, 2):  # measured, then triangulated, then robot-pose sightings
             for visit, sightings in enumerate(by_cluster):
+                _let_questions_go(stop)
                 for sighting in sightings:
                     if _rank(sighting) != rank:
                         continue
@@ -850,50 +862,43 @@ class EntityExtractor:
             for i, a in enumerate(keys):
                 for b in keys[i + 1:]:
                     pairs[(a, b)] = pairs.get((a, b), 0) + 1
-        self._write(touched, observed, pairs, marks, report)
+        self._write(touched, observed, pairs, marks, report, stop)
 
     def _write(self, touched: dict[int, EntityState], observed: list[tuple[EntityState, int, int]],
-               pairs: dict[tuple[int, int], int], marks: Marks, report: EntityReport) -> None:
-        store = self.engine.store
-        now = self.engine.now()
-        created: list[EntityState] = []
-        # Everything computed before the writer lock (positions, metadata: a first call loads scipy for the
-        # uncertainty factors), so the transaction holds it only for the statements.
-        values = []
+               pairs: dict[tuple[int, int], int], marks: Marks, report: EntityReport,
+               stop: Optional[threading.Event] = None) -> None:
+        """Plan the step's writes, then commit them in short transactions (``entity_journal.py``).
+
+        Everything is computed before the writer lock (positions, metadata: a
+        first call loads scipy for the uncertainty factors), so each
+        transaction holds it only for its statements.
+        """
+        plan = EntityPlan(marks=marks, now=self.engine.now())
         for state in touched.values():
             pos = state.position
-            xyz = (float(pos[0]), float(pos[1]), float(pos[2])) if pos is not None else (None, None, None)
-            values.append((state, xyz, json.dumps(state.metadata(), separators=(",", ":"))))
-        with store.write() as conn:
-            for state, (x, y, z), meta in values:
-                if state.number is None:
-                    cursor = conn.execute(
-                        "INSERT INTO entities(name, entity_type, x, y, z, spread, first_seen, last_seen, sightings,"
-                        " confidence, layer, metadata, embedding) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (state.name, state.entity_type, x, y, z, state.spread, state.first, state.last,
-                         state.sightings, state.confidence, state.layer, meta,
-                         np.asarray(state.vector, dtype=np.float32).tobytes()))
-                    state.number = inserted_id(cursor)
-                    created.append(state)
-                else:
-                    conn.execute(
-                        "UPDATE entities SET x=?, y=?, z=?, spread=?, first_seen=?, last_seen=?, sightings=?,"
-                        " confidence=?, metadata=? WHERE id=?",
-                        (x, y, z, state.spread, state.first, state.last, state.sightings, state.confidence,
-                         meta, state.number))
-            kind_obs = EdgeKind.OBSERVED_IN.value
-            conn.executemany(EDGE_SQL, [
-                (kind_obs, _entity_id(state), make_id(NodeKind.OBSERVATION, oid), float(n), now)
-                for state, oid, n in observed])
-            by_key = {state.key: state for state in touched.values()}
-            rows = []
-            for (a, b), count in pairs.items():
-                lo, hi = sorted((by_key[a], by_key[b]), key=lambda s: s.number or 0)
-                rows.append((EdgeKind.COOCCURS_WITH.value, _entity_id(lo), _entity_id(hi), float(count), now))
-            conn.executemany(EDGE_SQL, rows)
-            write_marks(conn, ENTITY_MARKS, marks)
-        if created:
-            store.vectors["entities"].add(np.asarray([s.number for s in created], dtype=np.int64),
-                                          np.stack([s.vector for s in created]).astype(np.float32))
+            x, y, z = (float(pos[0]), float(pos[1]), float(pos[2])) if pos is not None else (None, None, None)
+            plan.entities.append([
+                state.key, state.number, state.name, state.entity_type, x, y, z, float(state.spread),
+                float(state.first), float(state.last), int(state.sightings), float(state.confidence), state.layer,
+                json.dumps(state.metadata(), separators=(",", ":")),
+                encode_vector(state.vector) if state.number is None else None])
+        plan.observed = [[state.key, int(oid), int(n)] for state, oid, n in observed]
+        plan.pairs = [[a, b, int(count)] for (a, b), count in pairs.items()]
+        self._apply(plan, None, stop, report)
         report.observed_in += len(observed)
         report.cooccurrences += sum(pairs.values())
+
+    def _apply(self, plan: EntityPlan, progress: Optional[Progress], stop: Optional[threading.Event],
+               report: EntityReport) -> bool:
+        """Commit a plan (or what is left of one); False when ``stop`` interrupted it between parts."""
+        vectors = self.engine.store.vectors["entities"]
+
+        def index(created: list[tuple[int, np.ndarray]]) -> None:
+            vectors.add(np.asarray([n for n, _ in created], dtype=np.int64),
+                        np.stack([v for _, v in created]).astype(np.float32))
+
+        applied = entity_journal.apply(self.engine.store, plan, self.budget, progress, stop, index)
+        report.transactions += applied.transactions
+        if not applied.finished:
+            report.complete = False
+        return applied.finished

@@ -20,6 +20,11 @@ written inside the same transaction as the work they describe.
   after a restart). *released*: ended with ``consolidate=False``; their
   observations, skipped while the episode was active, are handed to the next
   time-window run, then the entry is dropped.
+- ``entities.pending`` / ``entities.progress``: an entity step too large for
+  one short transaction (``entity_journal.py``): its planned writes, and how
+  many of them are committed (with the numbers new entities got). A resumed
+  run finishes the plan before reading anything new, so additive counts
+  (sightings, edge weights) are applied exactly once.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from typing import Any, Optional
 
 CONSOLIDATION_MARKS = "consolidation.marks"
 ENTITY_MARKS = "entities.marks"
+ENTITY_PENDING = "entities.pending"
+ENTITY_PROGRESS = "entities.progress"
 EPISODES = "consolidation.episodes"
 BODY_SCALES = "body.scales"
 
@@ -96,3 +103,16 @@ def read_body_scales(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
 
 def write_body_scales(conn: Any, scales: dict[str, dict[str, Any]]) -> None:
     _write(conn, BODY_SCALES, scales)
+
+
+def read_value(conn: sqlite3.Connection, key: str) -> Any:
+    """A JSON value kept in ``meta`` (None when absent or unreadable)."""
+    return _read(conn, key)
+
+
+def write_value(conn: Any, key: str, value: Any) -> None:
+    _write(conn, key, value)
+
+
+def drop_value(conn: Any, key: str) -> None:
+    conn.execute("DELETE FROM meta WHERE key=?", (key,))
