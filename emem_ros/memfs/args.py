@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Sequence
 
 from emem_ros.memfs.errors import FsError
 
@@ -16,3 +17,12 @@ def whole(value: Any, name: str, default: int, low: int, high: int) -> int:
     if not low <= int(value) <= high:
         raise FsError(f"{name} must be between {low} and {high}, got {value}")
     return int(value)
+
+
+def words(value: Any, error: str) -> Sequence[str]:
+    """Tags as a list of strings; a string is split at commas and spaces (LLMs send both forms)."""
+    if isinstance(value, str):
+        value = [t for t in re.split(r"[,\s]+", value) if t]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+        raise FsError(error)
+    return value

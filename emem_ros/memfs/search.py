@@ -10,14 +10,13 @@ base folder narrow enough restricts the vector search itself.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 
 import emem_ros.memfs.tables as tables
-from emem_ros.memfs.args import whole
+from emem_ros.memfs.args import whole, words
 from emem_ros.memfs.errors import FsError
 from emem_ros.memfs.paths import prefix_range
 from emem_ros.memfs.records import NODE_COLUMNS, Node
@@ -149,10 +148,7 @@ def search(session: Any, query: Any = None, path: Any = "/", mode: Any = "hybrid
 def _filters(session: Any, base: str, tags: Any, owner: Any, kind: Any, after: Any, before: Any,
              near_x: Any, near_y: Any, radius: Any) -> _Filters:
     if tags is not None:
-        if isinstance(tags, str):
-            tags = [t for t in re.split(r"[,\s]+", tags) if t]
-        if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
-            raise FsError("tags must be a list of words")
+        tags = words(tags, "tags must be a list of words")
     if owner is not None and not isinstance(owner, str):
         raise FsError("owner must be an agent id")
     if kind not in (None, "file", "dir"):

@@ -22,6 +22,7 @@ import emem_ros.memfs.search as search_
 import emem_ros.memfs.tables as tables
 import emem_ros.memfs.virtual as virtual
 from emem_ros.memfs.args import whole as _int
+from emem_ros.memfs.args import words
 from emem_ros.memfs.core import FsCore, check_text
 from emem_ros.memfs.errors import (
     AlreadyExists,
@@ -501,10 +502,7 @@ def _meta(description: Any = None, tags: Any = None, x: Any = None, y: Any = Non
             raise FsError("description must be text")
         meta["description"] = description.strip()[:1000]
     if tags is not None:
-        if isinstance(tags, str):
-            tags = [t for t in re.split(r"[,\s]+", tags) if t]
-        if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
-            raise FsError("tags must be a list of short words, e.g. ['kitchen', 'door']")
+        tags = words(tags, "tags must be a list of short words, e.g. ['kitchen', 'door']")
         meta["tags"] = sorted({t.strip().lower() for t in tags if t.strip()})[:32]
     if (x is None) != (y is None):
         raise FsError("give both x and y to pin a note to a place, or neither")

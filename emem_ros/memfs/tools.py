@@ -9,7 +9,7 @@ what to do instead. Names and parameters are part of the interface.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.memfs.records import OpResult
@@ -91,36 +91,39 @@ def fs_read(env: Any, path: Any, offset: Any = 1, limit: Any = None, agent_id: A
     return "\n".join([head, body, *tail])
 
 
+def _change(env: Any, agent_id: Any, path: Any, what: str, op: Callable[[Session], OpResult]) -> str:
+    """Run one changing operation in the caller's session and report it; ``what`` names the normalised
+    ``{path}`` (formatted after the operation, so a bad path is reported by the operation itself)."""
+    session = _session(env, agent_id)
+    result = op(session)
+    return _done(result, what.replace("{path}", session.path(path)))
+
+
 def fs_write(env: Any, path: Any, content: Any, description: Any = None, tags: Any = None,
              expected_version: Any = None, x: Any = None, y: Any = None, entity_id: Any = None,
              pin_here: Any = False, agent_id: Any = None) -> str:
-    session = _session(env, agent_id)
-    result = session.write(path, content, description, tags, expected_version, x, y, None, None, entity_id,
-                           bool(pin_here))
     hint = "" if description else " Tip: give a short description so it is easier to find."
-    return _done(result, f"Wrote {session.path(path)}") + hint
+    return _change(env, agent_id, path, "Wrote {path}", lambda s: s.write(
+        path, content, description, tags, expected_version, x, y, None, None, entity_id, bool(pin_here))) + hint
 
 
 def fs_edit(env: Any, path: Any, old_text: Any, new_text: Any, replace_all: Any = False,
             expected_version: Any = None, agent_id: Any = None) -> str:
-    session = _session(env, agent_id)
-    return _done(session.edit(path, old_text, new_text, bool(replace_all), expected_version),
-                 f"Edited {session.path(path)}")
+    return _change(env, agent_id, path, "Edited {path}",
+                   lambda s: s.edit(path, old_text, new_text, bool(replace_all), expected_version))
 
 
 def fs_mkdir(env: Any, path: Any, description: Any = None, agent_id: Any = None) -> str:
-    session = _session(env, agent_id)
-    return _done(session.mkdir(path, description), f"Folder {session.path(path)} is there")
+    return _change(env, agent_id, path, "Folder {path} is there", lambda s: s.mkdir(path, description))
 
 
 def fs_mv(env: Any, source: Any, destination: Any, agent_id: Any = None) -> str:
-    session = _session(env, agent_id)
-    return _done(session.mv(source, destination), f"Moved {session.path(source)}")
+    return _change(env, agent_id, source, "Moved {path}", lambda s: s.mv(source, destination))
 
 
 def fs_rm(env: Any, path: Any, recursive: Any = False, agent_id: Any = None) -> str:
-    session = _session(env, agent_id)
-    return _done(session.rm(path, bool(recursive)), f"Deleted {session.path(path)} (fs_undo brings it back)")
+    return _change(env, agent_id, path, "Deleted {path} (fs_undo brings it back)",
+                   lambda s: s.rm(path, bool(recursive)))
 
 
 def fs_peek(env: Any, path: Any, agent_id: Any = None) -> str:
@@ -180,110 +183,107 @@ def fs_undo(env: Any, n: Any = 1, agent_id: Any = None) -> str:
 
 
 def fs_restore(env: Any, path: Any, version: Any, agent_id: Any = None) -> str:
-    session = _session(env, agent_id)
-    return _done(session.restore(path, version), f"Restored {session.path(path)} to version {version}")
+    return _change(env, agent_id, path, "Restored {path} to version " + str(version),
+                   lambda s: s.restore(path, version))
+
+
+def _fs(run: Callable[..., str], description: str, properties: dict[str, Any], required: tuple[str, ...] = (),
+        **extra: Any) -> ToolDef:
+    """A MemFS tool named after its function; every one takes ``agent_id`` last (its session)."""
+    return ToolDef(name=run.__name__, run=run, description=description,
+                   parameters=_obj({**properties, "agent_id": AGENT}, required), **extra)
 
 
 FS_TOOLS: tuple[ToolDef, ...] = (
-    ToolDef(name="fs_ls", run=fs_ls, description=(
+    _fs(fs_ls, (
         "List a folder of your filesystem memory (MemFS): each entry with its description, size and number of "
         "files. Start with fs_ls('/') and read /AGENTS.md once. Long listings are cut with a count of the rest."),
-        parameters=_obj({"path": _p("string", "Folder (or file) to list, e.g. '/memory'. Default '/'."),
-                         "depth": _p("integer", "Levels to show (1-5).", default=1, minimum=1),
-                         "agent_id": AGENT})),
-    ToolDef(name="fs_read", run=fs_read, description=(
+        {"path": _p("string", "Folder (or file) to list, e.g. '/memory'. Default '/'."),
+         "depth": _p("integer", "Levels to show (1-5).", default=1, minimum=1)}),
+    _fs(fs_read, (
         "Read a file with line numbers; page through long files with offset and limit. Reading a file also "
         "records its version, so a later edit is refused (not lost) if someone changed it meanwhile."),
-        parameters=_obj({"path": _p("string", "File to read, e.g. '/memory/kitchen.md'."),
-                         "offset": _p("integer", "First line to show (1-based).", default=1, minimum=1),
-                         "limit": _p("integer", "Number of lines to show (default 400).", minimum=1),
-                         "agent_id": AGENT}, ("path",))),
-    ToolDef(name="fs_write", run=fs_write, kind="action", description=(
+        {"path": _p("string", "File to read, e.g. '/memory/kitchen.md'."),
+         "offset": _p("integer", "First line to show (1-based).", default=1, minimum=1),
+         "limit": _p("integer", "Number of lines to show (default 400).", minimum=1)}, ("path",)),
+    _fs(fs_write, (
         "Create or overwrite a whole file (parent folders are made). Write your notes under /memory/ (kept), "
         "scratch under /tmp/ (cleared at session end), shared notes under /mnt/<mount>/. Please give a short "
         "description and tags; pin a note to a place (x, y) or an entity when it is about one. For small changes "
         "use fs_edit."),
-        parameters=_obj({"path": _p("string", "File to write, e.g. '/memory/places/kitchen.md'."),
-                         "content": _p("string", "The full text of the file (UTF-8, at most 1 MiB)."),
-                         "description": _p("string", "One line saying what the file is for."),
-                         "tags": _p("array", "Short labels, e.g. ['kitchen', 'doors'].", items={"type": "string"}),
-                         "expected_version": _p("integer", "The version you read; the write is refused if the "
-                                                           "file has changed since."),
-                         "x": _p("number", "Pin the note to this X (metres); needs y."),
-                         "y": _p("number", "Pin the note to this Y (metres); needs x."),
-                         "entity_id": _p("string", "Pin the note to an entity, e.g. 'ent-3'."),
-                         "pin_here": _p("boolean", "Pin the note to where the robot is now."),
-                         "agent_id": AGENT}, ("path", "content"))),
-    ToolDef(name="fs_edit", run=fs_edit, kind="action", description=(
+        {"path": _p("string", "File to write, e.g. '/memory/places/kitchen.md'."),
+         "content": _p("string", "The full text of the file (UTF-8, at most 1 MiB)."),
+         "description": _p("string", "One line saying what the file is for."),
+         "tags": _p("array", "Short labels, e.g. ['kitchen', 'doors'].", items={"type": "string"}),
+         "expected_version": _p("integer", "The version you read; the write is refused if the file has "
+                                           "changed since."),
+         "x": _p("number", "Pin the note to this X (metres); needs y."),
+         "y": _p("number", "Pin the note to this Y (metres); needs x."),
+         "entity_id": _p("string", "Pin the note to an entity, e.g. 'ent-3'."),
+         "pin_here": _p("boolean", "Pin the note to where the robot is now.")},
+        ("path", "content"), kind="action"),
+    _fs(fs_edit, (
         "Change part of a file: replace old_text, which must occur exactly once (copy it from fs_read, without "
         "the line numbers), by new_text. If it occurs several times give more context or set replace_all."),
-        parameters=_obj({"path": _p("string", "File to edit."),
-                         "old_text": _p("string", "The exact text to replace."),
-                         "new_text": _p("string", "The replacement (empty to delete)."),
-                         "replace_all": _p("boolean", "Replace every occurrence.", default=False),
-                         "expected_version": _p("integer", "The version you read (default: the one fs_read "
-                                                           "showed you)."),
-                         "agent_id": AGENT}, ("path", "old_text", "new_text"))),
-    ToolDef(name="fs_mkdir", run=fs_mkdir, kind="action", description=(
+        {"path": _p("string", "File to edit."),
+         "old_text": _p("string", "The exact text to replace."),
+         "new_text": _p("string", "The replacement (empty to delete)."),
+         "replace_all": _p("boolean", "Replace every occurrence.", default=False),
+         "expected_version": _p("integer", "The version you read (default: the one fs_read showed you).")},
+        ("path", "old_text", "new_text"), kind="action"),
+    _fs(fs_mkdir, (
         "Make a folder (and any missing parents), e.g. /memory/people, with an optional description of what "
         "it will hold. fs_write makes folders by itself; use this to organise ahead."),
-        parameters=_obj({"path": _p("string", "Folder to make."),
-                         "description": _p("string", "What the folder holds."),
-                         "agent_id": AGENT}, ("path",))),
-    ToolDef(name="fs_mv", run=fs_mv, kind="action", description=(
+        {"path": _p("string", "Folder to make."),
+         "description": _p("string", "What the folder holds.")}, ("path",), kind="action"),
+    _fs(fs_mv, (
         "Move or rename a file or folder (into a folder if the destination is an existing one). Its history "
         "follows it; fs_undo moves it back."),
-        parameters=_obj({"source": _p("string", "What to move."),
-                         "destination": _p("string", "The new path, or an existing folder to move it into."),
-                         "agent_id": AGENT}, ("source", "destination"))),
-    ToolDef(name="fs_rm", run=fs_rm, kind="action", description=(
+        {"source": _p("string", "What to move."),
+         "destination": _p("string", "The new path, or an existing folder to move it into.")},
+        ("source", "destination"), kind="action"),
+    _fs(fs_rm, (
         "Delete a file, or a folder with recursive=true. Nothing is lost for good: fs_undo or fs_restore "
         "brings it back."),
-        parameters=_obj({"path": _p("string", "What to delete."),
-                         "recursive": _p("boolean", "Needed to delete a folder that is not empty.", default=False),
-                         "agent_id": AGENT}, ("path",))),
-    ToolDef(name="fs_peek", run=fs_peek, description=(
+        {"path": _p("string", "What to delete."),
+         "recursive": _p("boolean", "Needed to delete a folder that is not empty.", default=False)},
+        ("path",), kind="action"),
+    _fs(fs_peek, (
         "Metadata of a file or folder without its content: description, tags, size, version, owner, "
         "permissions, times, pinned place."),
-        parameters=_obj({"path": _p("string", "File or folder."), "agent_id": AGENT}, ("path",))),
-    ToolDef(name="fs_search", run=fs_search, description=(
+        {"path": _p("string", "File or folder.")}, ("path",)),
+    _fs(fs_search, (
         "Search your filesystem memory from a folder: by meaning and keywords together (hybrid, default), "
         "keywords only (mode 'keyword', BM25) or meaning only ('meaning'); filter by tags, owner, type, "
         "modification time or place. Each hit gives path, line range, score and a snippet (fs_read the lines). "
         "Without a query, lists the newest files passing the filters. The rendered /raw/episodes and "
         "/raw/experiences are not searched here: for past tasks use episode_summary, for past attempts "
         "find_experiences, for what the robot perceived semantic_search."),
-        parameters=_obj({"query": _p("string", "What you are looking for, in words."),
-                         "path": _p("string", "Folder to search in (default '/')."),
-                         "mode": _p("string", "'hybrid', 'keyword' or 'meaning'.", enum=["hybrid", "keyword",
-                                                                                          "meaning"]),
-                         "tags": _p("array", "Only files with all these tags.", items={"type": "string"}),
-                         "owner": _p("string", "Only files created by this agent (or 'system')."),
-                         "type": _p("string", "'file' or 'dir'.", enum=["file", "dir"]),
-                         "modified_after": _p(["string", "number"], f"Only files modified after. {TIME}"),
-                         "modified_before": _p(["string", "number"], f"Only files modified before. {TIME}"),
-                         "near_x": _p("number", "Only notes pinned near this X (metres); needs near_y."),
-                         "near_y": _p("number", "Y of that place."),
-                         "radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).",
-                                      exclusiveMinimum=0),
-                         "n_results": _p("integer", "Maximum hits (1-100).", default=10, minimum=1),
-                         "agent_id": AGENT}),
+        {"query": _p("string", "What you are looking for, in words."),
+         "path": _p("string", "Folder to search in (default '/')."),
+         "mode": _p("string", "'hybrid', 'keyword' or 'meaning'.", enum=["hybrid", "keyword", "meaning"]),
+         "tags": _p("array", "Only files with all these tags.", items={"type": "string"}),
+         "owner": _p("string", "Only files created by this agent (or 'system')."),
+         "type": _p("string", "'file' or 'dir'.", enum=["file", "dir"]),
+         "modified_after": _p(["string", "number"], f"Only files modified after. {TIME}"),
+         "modified_before": _p(["string", "number"], f"Only files modified before. {TIME}"),
+         "near_x": _p("number", "Only notes pinned near this X (metres); needs near_y."),
+         "near_y": _p("number", "Y of that place."),
+         "radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).",
+                      exclusiveMinimum=0),
+         "n_results": _p("integer", "Maximum hits (1-100).", default=10, minimum=1)},
         time_params=("modified_after", "modified_before")),
-    ToolDef(name="fs_log", run=fs_log, description=(
+    _fs(fs_log, (
         "History of a path (or of everything): each operation with who, when and what, newest first. Use the "
         "versions it shows with fs_restore."),
-        parameters=_obj({"path": _p("string", "File or folder (omit for everything)."),
-                         "limit": _p("integer", "Entries to show (1-1000).", default=20, minimum=1),
-                         "agent_id": AGENT})),
-    ToolDef(name="fs_undo", run=fs_undo, kind="action", description=(
+        {"path": _p("string", "File or folder (omit for everything)."),
+         "limit": _p("integer", "Entries to show (1-1000).", default=20, minimum=1)}),
+    _fs(fs_undo, (
         "Revert your own last n operations (newest first). Refused, with the reason, when another agent changed "
         "the same file since; use fs_restore then. An undo is itself a new version: nothing is lost."),
-        parameters=_obj({"n": _p("integer", "How many of your operations to revert (1-50).", default=1,
-                                 minimum=1),
-                         "agent_id": AGENT})),
-    ToolDef(name="fs_restore", run=fs_restore, kind="action", description=(
+        {"n": _p("integer", "How many of your operations to revert (1-50).", default=1, minimum=1)}, kind="action"),
+    _fs(fs_restore, (
         "Put a file back as it was at an earlier version (fs_log lists them). Later versions are kept."),
-        parameters=_obj({"path": _p("string", "File to restore."),
-                         "version": _p("integer", "The version to bring back.", minimum=1),
-                         "agent_id": AGENT}, ("path", "version"))),
+        {"path": _p("string", "File to restore."),
+         "version": _p("integer", "The version to bring back.", minimum=1)}, ("path", "version"), kind="action"),
 )
