@@ -191,6 +191,26 @@ def _robot_list(robots: Optional[Sequence[str]]) -> Optional[list[str]]:
     return list(robots) if robots else None
 
 
+def _no_places() -> Places:
+    empty = np.empty(0)
+    return Places(empty.astype(object), empty.astype(np.int64), empty.astype(object), np.empty((0, 3)),
+                  empty, empty, empty, empty.astype(np.int64), empty)
+
+
+def _summary_filter(text_ids: Sequence[int], robots: Optional[list[str]],
+                    layer: Optional[str]) -> tuple[list[str], list[Any]]:
+    """WHERE parts and parameters picking the texts (and robots, layer) from a summary table
+    (``fleet.sightings`` or ``fleet.places``: both keyed by text, robot and layer)."""
+    parts, params = ["text_id = ANY(%s)"], list[Any]([list(text_ids)])
+    if robots:
+        parts.append("robot_id = ANY(%s)")
+        params.append(robots)
+    if layer:
+        parts.append("layer = %s")
+        params.append(layer)
+    return parts, params
+
+
 def _point(x: Any, y: Any, z: Any) -> Optional[Position]:
     if x is None or y is None:
         return None
@@ -446,13 +466,7 @@ class FleetReader:
                            layer: Optional[str]) -> list[TextHit]:
         """Each robot's and layer's whole-history sightings of the texts, from ``fleet.sightings``: exact
         counts and the newest sighting's place in one primary-key read, however often a text was seen."""
-        parts, params = ["text_id = ANY(%s)"], list[Any]([list(text_ids)])
-        if robots:
-            parts.append("robot_id = ANY(%s)")
-            params.append(robots)
-        if layer:
-            parts.append("layer = %s")
-            params.append(layer)
+        parts, params = _summary_filter(text_ids, robots, layer)
         rows = self.rows(
             "SELECT text_id, robot_id, layer, count, first_stamp, last_stamp, last_obs_id, ST_X(last_position),"
             f" ST_Y(last_position), ST_Z(last_position), last_episode FROM fleet.sightings WHERE {' AND '.join(parts)}",
@@ -575,10 +589,8 @@ class FleetReader:
         leave the server. With a time window: each robot's newest ``cap`` sightings in the window, read from
         the observations."""
         fleet_robots = _robot_list(robots or scope.robots)
-        empty = np.empty(0)
         if not text_ids:
-            return Places(empty.astype(object), empty.astype(np.int64), empty.astype(object), np.empty((0, 3)),
-                          empty, empty, empty, empty.astype(np.int64), empty)
+            return _no_places()
         if self.summarised(scope) and math.isclose(cell, self.info.place_cell):
             return self._as_places(self._places_summary(text_ids, fleet_robots, scope.layer, relevance, halflife,
                                                         limit), cap=None)
@@ -599,13 +611,7 @@ class FleetReader:
                         relevance: Optional[dict[int, float]], halflife: float, limit: Optional[int]) -> list[Any]:
         """Whole-history grid cells of the texts from ``fleet.places`` (what the robot's place cache holds),
         as columns; with ``relevance`` and ``limit`` only the ``limit`` heaviest leave the server."""
-        parts, params = ["text_id = ANY(%s)"], list[Any]([list(text_ids)])
-        if robots:
-            parts.append("robot_id = ANY(%s)")
-            params.append(robots)
-        if layer:
-            parts.append("layer = %s")
-            params.append(layer)
+        parts, params = _summary_filter(text_ids, robots, layer)
         columns = "robot_id, text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id"
         sql = f"SELECT {columns} FROM fleet.places WHERE {' AND '.join(parts)}"
         if relevance and limit:  # newest sighting per text from the other summary: no window over the cells
@@ -625,10 +631,8 @@ class FleetReader:
     def _as_places(cols: list[Any], cap: Optional[int]) -> Places:
         """Columns (robot, text, layer, count, sx, sy, sz, first, last, last obs) as arrays; with ``cap``, the
         (robot, text) pairs whose read stopped at ``cap`` sightings are listed as capped."""
-        empty = np.empty(0)
         if not cols or not len(cols[0]):
-            return Places(empty.astype(object), empty.astype(np.int64), empty.astype(object), np.empty((0, 3)),
-                          empty, empty, empty, empty.astype(np.int64), empty)
+            return _no_places()
         count = np.asarray(cols[3], dtype=np.float64)
         xyz = np.column_stack([np.asarray(cols[i], dtype=np.float64) / count for i in (4, 5, 6)])
         robot = np.asarray(cols[0], dtype=object)
