@@ -195,11 +195,15 @@ class OpLog:
 
     def close(self) -> None:
         with self._lock:
-            if self._handle is not None:
-                self._handle.flush()
-                os.fsync(self._handle.fileno())
-                self._handle.close()
-                self._handle = None
+            self._close_segment()
+
+    def _close_segment(self) -> None:
+        """Flush, fsync and close the open segment, if any (the caller holds ``_lock``)."""
+        if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            self._handle = None
 
     # -- reading ----------------------------------------------------------
     def records(self, after: int = 0) -> Iterator[Record]:
@@ -233,11 +237,7 @@ class OpLog:
         then the old segments are deleted. Returns the number of tail records.
         """
         with self._lock:
-            if self._handle is not None:
-                self._handle.flush()
-                os.fsync(self._handle.fileno())
-                self._handle.close()
-                self._handle = None
+            self._close_segment()
             tail = [(seq, _decode_record(magic, payload, seq, position.path))
                     for seq, magic, payload, position in iter_payloads(self.folder, base_seq)]
             old = self.segments()
