@@ -54,14 +54,7 @@ def handler(args: argparse.Namespace) -> int:
         if args.list or not args.tool:
             print(tool_list(memory))
             return 0
-        if args.json:
-            return _print_json(memory, args.tool, arguments)
-        answer = memory.dispatch_tool_call(args.tool, arguments)
-        if answer.startswith("Error:"):
-            print(answer, file=sys.stderr)
-            return 1
-        print(answer)
-        return 0
+        return _answer(memory, args.tool, arguments, args.json)
     finally:
         memory.close()
 
@@ -83,16 +76,21 @@ def _fleet(args: argparse.Namespace) -> int:
         if args.list or not tool:
             print(tool_list(fleet))
             return 0
-        if args.json:
-            return _print_json(fleet, tool, arguments)
-        answer = fleet.dispatch_tool_call(tool, arguments)
-        if answer.startswith("Error:"):
-            print(answer, file=sys.stderr)
-            return 1
-        print(answer)
-        return 0
+        return _answer(fleet, tool, arguments, args.json)
     finally:
         fleet.close()
+
+
+def _answer(target: Any, tool: str, arguments: dict[str, Any], as_json: bool) -> int:
+    """Run one tool on a memory or a fleet and print its answer (errors to stderr, exit code 1)."""
+    if as_json:
+        return _print_json(target, tool, arguments)
+    answer = target.dispatch_tool_call(tool, arguments)
+    if answer.startswith("Error:"):
+        print(answer, file=sys.stderr)
+        return 1
+    print(answer)
+    return 0
 
 
 def parse_arguments(items: Sequence[str]) -> dict[str, Any]:
