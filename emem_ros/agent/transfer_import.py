@@ -199,12 +199,20 @@ class _Importer:
                      self._episode_by_key(conn, r.get("previous")), r["summary"], r["goal"], r["action"],
                      r["result"], r["reflection"], r["success"], r["consolidated"], r["metadata"],
                      vector_blob(r.get("vec"))))
-                number = inserted_id(cursor)
-                self.episodes[r["ref"]] = number
-                self.report.added["episodes"] += 1
-                if r.get("vec"):
-                    vectors.append((number, vector_of(r["vec"], self.store.dim)))
+                self._added("episodes", cursor, r, vectors, self.episodes)
         self._index("episodes", vectors)
+
+    def _added(self, table: str, cursor: Any, r: dict[str, Any], vectors: list[tuple[int, np.ndarray]],
+               refs: Optional[dict[int, int]] = None) -> int:
+        """Book a row just inserted from record ``r``: its new id (under the export's ``ref`` in ``refs``),
+        the report's count, and its vector for the index; returns the new id."""
+        number = inserted_id(cursor)
+        if refs is not None:
+            refs[r["ref"]] = number
+        self.report.added[table] += 1
+        if r.get("vec"):
+            vectors.append((number, vector_of(r["vec"], self.store.dim)))
+        return number
 
     @staticmethod
     def _episode_by_key(conn: Any, key: Optional[dict[str, Any]]) -> Optional[int]:
@@ -230,12 +238,8 @@ class _Importer:
                     (r["text"], r["cx"], r["cy"], r["cz"], r["radius"], r["time_start"], r["time_end"],
                      r["source_count"], r["layers"], self.episodes.get(r["episode"]) if r["episode"] is not None
                      else None, r["created_at"], r["metadata"], vector_blob(r.get("vec"))))
-                number = inserted_id(cursor)
+                number = self._added("gists", cursor, r, vectors, self.gists)
                 conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (number, r["text"]))
-                self.gists[r["ref"]] = number
-                self.report.added["gists"] += 1
-                if r.get("vec"):
-                    vectors.append((number, vector_of(r["vec"], self.store.dim)))
         self._index("gists", vectors)
 
     # ------------------------------------------------------------------ observations
@@ -398,11 +402,7 @@ class _Importer:
                     (r["name"], r["entity_type"], r["x"], r["y"], r["z"], r["spread"], r["first_seen"],
                      r["last_seen"], r["sightings"], r["confidence"], r["layer"], r["metadata"],
                      vector_blob(r.get("vec"))))
-                number = inserted_id(cursor)
-                self.entities[r["ref"]] = number
-                self.report.added["entities"] += 1
-                if r.get("vec"):
-                    vectors.append((number, vector_of(r["vec"], self.store.dim)))
+                self._added("entities", cursor, r, vectors, self.entities)
         self._index("entities", vectors)
 
     def _node(self, node: str) -> Optional[str]:
@@ -441,13 +441,10 @@ class _Importer:
                     (r["id"], r["goal"], r["action"], r["result"], r["reflection"], r["success"], r["tags"],
                      r["metadata"], r["stamp"], self.episodes.get(r["episode"]) if r["episode"] is not None
                      else None, r["x"], r["y"], r["z"], r["supersedes"], vector_blob(r.get("vec"))))
-                number = inserted_id(cursor)
+                number = self._added("experiences", cursor, r, vectors)
                 conn.execute("INSERT INTO experiences_fts(rowid, goal, action, result, reflection, tags)"
                              " VALUES(?,?,?,?,?,?)", (number, r["goal"], r["action"], r["result"], r["reflection"],
                                                       r["tags"]))
-                self.report.added["experiences"] += 1
-                if r.get("vec"):
-                    vectors.append((number, vector_of(r["vec"], self.store.dim)))
         self._index("experiences", vectors)
 
     def _marks(self, records: list[dict[str, Any]]) -> None:
