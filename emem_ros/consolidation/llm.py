@@ -91,6 +91,42 @@ def _messages(prompt: str, system: Optional[str]) -> list[dict[str, str]]:
 # -- clients -------------------------------------------------------------------------------------
 
 
+_given_up = threading.local()
+"""In a Summarizer's helper thread: ``event``, set once the call is abandoned (before the client's abort)."""
+
+
+def _call_given_up() -> bool:
+    event = getattr(_given_up, "event", None)
+    return event is not None and event.is_set()
+
+
+def _abortable_client(host: str, timeout: float) -> Any:
+    """An ``ollama.Client`` whose ``close`` also ends a request still opening its connection.
+
+    Closing an httpx client closes the connections it holds, but a call that
+    was still connecting gets its connection after that and would then read a
+    trickling reply for ever; its transport checks, once the response head is
+    in, whether it was closed meanwhile.
+    """
+    import httpx
+
+    class Transport(httpx.HTTPTransport):
+        closed = False
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = super().handle_request(request)
+            if self.closed:  # set before the pool closes: a close after this check reaches the connection
+                response.close()
+                raise httpx.ReadError("the call was aborted while it connected", request=request)
+            return response
+
+        def close(self) -> None:
+            self.closed = True
+            super().close()
+
+    return ollama_client(host, timeout, transport=Transport())
+
+
 class OllamaLLMClient:
     """``LLMClient`` over ``ollama.Client.chat`` (non-streaming); raises EmemError naming host/model."""
 
@@ -112,11 +148,16 @@ class OllamaLLMClient:
         self.options = dict(options) if options else None
         self.think = bool(think)
         self.model_name = f"ollama:{model}"
-        self._client = ollama_client(self.host, self.timeout)
+        self._client = _abortable_client(self.host, self.timeout)
+        self._swap = threading.Lock()
 
     def complete(self, prompt: str, *, system: Optional[str] = None) -> str:
+        with self._swap:  # a call given up before it got here must not take the fresh client (see abort)
+            if _call_given_up():
+                raise EmemError("LLM call abandoned before it started")
+            client = self._client
         try:
-            response = self._client.chat(
+            response = client.chat(
                 model=self.model, messages=_messages(prompt, system),
                 options=self.options, stream=False, think=self.think,
             )
@@ -132,7 +173,8 @@ class OllamaLLMClient:
         The only way to end a request whose server trickles bytes: the read
         timeout never fires, and a thread cannot be killed.
         """
-        old, self._client = self._client, ollama_client(self.host, self.timeout)
+        with self._swap:
+            old, self._client = self._client, _abortable_client(self.host, self.timeout)
         try:
             old.close()
         except Exception as exc:  # closing a half-used connection may complain; the call fails either way
@@ -409,9 +451,15 @@ class Summarizer:
             raise EmemError(f"the LLM took longer than {self.max_seconds:g} s")
         outcome: dict[str, Any] = {}
         done = threading.Event()
+        abandoned = threading.Event()
 
         def call() -> None:
             try:
+                # A helper scheduled only after the deadline must not start its request: ``abort`` has
+                # already run, and a trickled reply on the client's fresh connection would never end.
+                _given_up.event = abandoned  # the client checks it again as it takes its connection
+                if abandoned.is_set():
+                    raise EmemError("LLM call abandoned before it started")
                 outcome["reply"] = self.llm.complete(prompt, system=system)
             except BaseException as exc:
                 outcome["error"] = exc
@@ -426,6 +474,7 @@ class Summarizer:
             self._helpers.add(helper)
         helper.start()
         if not done.wait(remaining):
+            abandoned.set()
             abort = getattr(self.llm, "abort", None)
             if callable(abort):
                 try:

@@ -27,8 +27,8 @@ def resolve_host(host: Optional[str]) -> str:
     return host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
 
 
-def ollama_client(host: str, timeout: float) -> Any:
-    """An ``ollama.Client``; no request is made here."""
+def ollama_client(host: str, timeout: float, **httpx_options: Any) -> Any:
+    """An ``ollama.Client`` (``httpx_options`` go to its ``httpx.Client``); no request is made here."""
     try:
         import ollama
     except ImportError as exc:
@@ -36,7 +36,7 @@ def ollama_client(host: str, timeout: float) -> Any:
             "the 'ollama' Python package is not installed; install it with "
             "pip install 'emem_ros[ollama]' (or pip install ollama)"
         ) from exc
-    return ollama.Client(host=host, timeout=timeout)
+    return ollama.Client(host=host, timeout=timeout, **httpx_options)
 
 
 def ollama_failure(exc: BaseException, *, host: str, model: str, doing: str, timeout: float) -> EmemError:

@@ -200,7 +200,9 @@ class FakeOllama:
         server = self._server
         if server is None:
             return 0
-        threads = getattr(server, "_threads", None) or []
+        threads = getattr(server, "_threads", None)
+        if not isinstance(threads, list):  # socketserver's _NoThreads: no request has come in yet
+            return 0
         return sum(1 for t in list(threads) if t.is_alive())
 
 
