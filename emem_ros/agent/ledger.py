@@ -260,7 +260,7 @@ class ExperienceLedger:
         filtered = len(where) > (1 if include_superseded else 2)  # beyond "1" and "not superseded"
         return self._rank(query, condition, params, n_results, filtered)
 
-    def _rank(self, query: str, condition: str, params: list, n: int,
+    def _rank(self, query: str, condition: str, params: list[Any], n: int,
               filtered: bool = True) -> list[tuple[Experience, float]]:
         """Vector and keyword hits fused by reciprocal rank.
 
@@ -306,7 +306,8 @@ class ExperienceLedger:
 
     def count(self) -> int:
         self._store.apply_deferred()
-        return self._store.reader().execute("SELECT COUNT(*) FROM experiences").fetchone()[0]
+        count: int = self._store.reader().execute("SELECT COUNT(*) FROM experiences").fetchone()[0]
+        return count
 
     def success_rate(self) -> Optional[float]:
         self._store.apply_deferred()
@@ -373,7 +374,8 @@ def _text(name: str, value: Any, required: bool = False) -> str:
         raise InvalidInputError(f"an experience needs a {name}")
     if len(value) > MAX_FIELD:
         raise InvalidInputError(f"{name} is {len(value)} characters, over the limit of {MAX_FIELD}")
-    return value
+    text: str = value
+    return text
 
 
 def _success(value: Any) -> Optional[bool]:
@@ -384,7 +386,7 @@ def _success(value: Any) -> Optional[bool]:
     raise InvalidInputError(f"success must be true, false or unset, got {value!r}")
 
 
-def _tag_list(tags: Any) -> list:
+def _tag_list(tags: Any) -> list[Any]:
     if tags is None:
         return []
     if isinstance(tags, str):

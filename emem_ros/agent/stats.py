@@ -241,7 +241,7 @@ def _experiences(conn: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
-def stats_of_file(db_path: str | os.PathLike, top_n: int = 5, min_support: float = 2.0) -> MemoryStats:
+def stats_of_file(db_path: str | os.PathLike[str], top_n: int = 5, min_support: float = 2.0) -> MemoryStats:
     """Statistics of a memory file without opening the memory (no model, no background threads)."""
     from emem_ros.core.errors import StoreError
 

@@ -197,7 +197,7 @@ class _Exporter:
             out += [r[0] for r in self.conn.execute(sql.format(marks(len(chunk))), chunk)]
         return out
 
-    def _rows(self, sql: str, ids: Iterable[int]) -> Iterator[tuple]:
+    def _rows(self, sql: str, ids: Iterable[int]) -> Iterator[tuple[Any, ...]]:
         """Rows of ``sql`` (with one ``IN ({})``) for ``ids``, in id order."""
         ids = sorted(ids)
         for start in range(0, len(ids), CHUNK):
@@ -307,7 +307,7 @@ class _Exporter:
         """
         if not cold:
             return set()
-        candidates: dict[tuple, list[int]] = {}
+        candidates: dict[tuple[Any, ...], list[int]] = {}
         rows = self.conn.execute(
             f"SELECT o.id, o.layer, o.x, o.y, o.z FROM observations o WHERE {where} AND o.tier = ?"
             " AND o.x IS NOT NULL AND o.source_type != ?", [*params, Tier.ARCHIVED.value, _BODY]).fetchall()
@@ -319,7 +319,7 @@ class _Exporter:
             if text_id is not None:
                 candidates.setdefault((text_id, layer, *_cell(x, y, z)), []).append(oid)
         placed: set[int] = set()
-        hot: dict[tuple[int, str], dict[tuple, int]] = {}
+        hot: dict[tuple[int, str], dict[tuple[Any, ...], int]] = {}
         for key, ids in candidates.items():
             text_id, layer, cell = key[0], key[1], key[2:]
             row = self.conn.execute("SELECT count FROM places WHERE text_id=? AND layer=? AND cx=? AND cy=? AND cz=?",
@@ -327,7 +327,7 @@ class _Exporter:
             if row is None:
                 continue
             if (text_id, layer) not in hot:
-                cells: dict[tuple, int] = {}
+                cells: dict[tuple[Any, ...], int] = {}
                 for hx, hy, hz in self.conn.execute(
                         "SELECT x, y, z FROM observations WHERE text_id=? AND layer=? AND x IS NOT NULL"
                         " AND source_type != ?", (text_id, layer, _BODY)):

@@ -72,9 +72,9 @@ _PREFIX_KIND = {"obs": "obs", "ep": "episode", "gist": "gist", "ent": "entity"}
 @dataclass
 class ImportReport:
     path: Path
-    added: Counter = field(default_factory=Counter)
-    existing: Counter = field(default_factory=Counter)
-    updated: Counter = field(default_factory=Counter)
+    added: Counter[str] = field(default_factory=Counter)
+    existing: Counter[str] = field(default_factory=Counter)
+    updated: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -273,11 +273,12 @@ class _Importer:
         if skeletons:
             self._write_skeletons(skeletons)
 
-    def _present(self, records: list[dict[str, Any]]) -> tuple[dict[tuple, list[int]], dict[tuple, list[int]]]:
+    def _present(self, records: list[dict[str, Any]]
+                 ) -> tuple[dict[tuple[Any, ...], list[int]], dict[tuple[Any, ...], list[int]]]:
         """Rows the target held before this import at the batch's stamps, by content key and by slot."""
         stamps = sorted({r["stamp"] for r in records})
-        available: dict[tuple, list[int]] = {}
-        archived: dict[tuple, list[int]] = {}
+        available: dict[tuple[Any, ...], list[int]] = {}
+        archived: dict[tuple[Any, ...], list[int]] = {}
         conn = self.store.reader()
         for chunk in chunked(stamps):
             for oid, layer, source, stamp, text, x, y, z, tier in conn.execute(

@@ -57,8 +57,9 @@ def resolve_now(db_path: Path, now: str) -> float:
 def open_memory(db_path: str | Path, *, now: str = "latest", ollama_host: Optional[str] = None,
                 **config: Any) -> "Memory":
     """A Memory on an existing file, with the embedder that built it and no background threads."""
-    from emem_ros import Memory, MemoryConfig
+    from emem_ros.core.config import MemoryConfig
     from emem_ros.embeddings.factory import provider_for_stored_model
+    from emem_ros.memory import Memory  # not the lazy emem_ros.Memory: typed
 
     path = Path(db_path)
     provider = provider_for_stored_model(stored_model(path), ollama_host)

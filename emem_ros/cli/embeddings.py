@@ -14,7 +14,7 @@ from pathlib import Path
 from emem_ros.core.errors import EmemError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "embeddings", help="export or check the ONNX model of the onnx embedding backend",
         description="The onnx backend runs all-MiniLM-L6-v2 exported from the bundled weights (no download). "

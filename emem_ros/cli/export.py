@@ -14,7 +14,7 @@ import argparse
 from emem_ros.cli.common import NOW_CHOICES
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "export", help="write a memory (or a time range / an episode of it) to a JSON-lines file",
         description="Export DB to OUT (JSON lines; gzip-compressed when OUT ends in .gz), losslessly: "

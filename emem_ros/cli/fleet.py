@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("fleet", help="manage a fleet store (PostgreSQL + PostGIS + pgvector)",
                                    description="Manage the fleet store that `emem sync` ships robot memories into.")
     commands = parser.add_subparsers(dest="fleet_command", metavar="ACTION")

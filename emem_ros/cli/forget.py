@@ -16,7 +16,7 @@ import time
 from emem_ros.cli.common import NOW_CHOICES
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "forget", help="erase observations (and all that derives from them) from a memory and its files",
         description="Forget what the criteria select (all must hold), from SQLite, its FTS and vector indexes, "

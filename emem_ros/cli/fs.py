@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "fs", help="the planners' filesystem (MemFS): ls, cat, write (to /raw/artifacts), log, diff, restore",
         description="Browse and manage the MemFS of a memory file as the system (the developer).")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from emem_ros.memory import Memory
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "import", help="merge an export file into a memory (created if missing), without duplicates",
         description="Check IN whole, then add what DB does not hold yet: observations, texts and embeddings, "
@@ -49,8 +49,9 @@ def _new_memory(db: Path, model: str, ollama_host: Optional[str]) -> "Memory":
     """An empty memory file that uses the export's embedding model."""
     import time
 
-    from emem_ros import Memory, MemoryConfig
+    from emem_ros.core.config import MemoryConfig
     from emem_ros.embeddings.factory import provider_for_stored_model
+    from emem_ros.memory import Memory  # not the lazy emem_ros.Memory: typed
 
     provider = provider_for_stored_model(model, ollama_host)
     return Memory(config=MemoryConfig(db_path=str(db), flush_interval=0.0, index_save_interval=0.0),

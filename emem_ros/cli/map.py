@@ -8,7 +8,7 @@ from pathlib import Path
 from emem_ros.core.errors import EmemError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "map", help="draw the robot's track, observations by layer, gists and entities as an image",
         description="Read DB (read-only; no embedding model needed) and draw a top-down map: the robot's "

@@ -16,7 +16,7 @@ from emem_ros.cli.common import NOW_CHOICES
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "mcp", help="serve the memory's tools over the Model Context Protocol (stdio)",
         description="Serve every tool and action of a memory file to an MCP client on stdin/stdout.")

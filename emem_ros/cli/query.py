@@ -21,7 +21,7 @@ from emem_ros.cli.common import NOW_CHOICES
 from emem_ros.core.errors import EmemError, InvalidInputError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "query", help="run one memory tool on a memory file and print the answer",
         description="Run TOOL (semantic_search, spatial_query, temporal_query, locate, recall, entity_query, "

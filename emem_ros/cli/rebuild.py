@@ -13,7 +13,7 @@ from emem_ros.core.errors import EmemError
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "rebuild", help="regenerate the memory file and every index from its operation log",
         description="Replay DB.log/ (from its newest checkpoint, if any) into a fresh file that replaces DB, "

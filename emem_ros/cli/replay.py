@@ -15,7 +15,7 @@ DEFAULT_PARAMS = Path("config") / "memory.yaml"
 EMBEDDING_CHOICES = ("auto", "onnx", "sentence_transformers", "ollama", "hashing")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "replay", help="replay a rosbag2 bag (.db3 / .mcap) into a memory file",
         description="Feed every message of BAG through the memory node's adapters, intake policies and "

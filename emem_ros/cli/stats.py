@@ -11,7 +11,7 @@ import json
 import sys
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stats", help="counts, most seen things, co-occurrence patterns, experience success rate, disk use",
         description="Observations per tier and layer, episodes, gists, entities and experiences; the most seen "

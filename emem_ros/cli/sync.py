@@ -6,7 +6,7 @@ import argparse
 import sys
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "sync", help="ship a memory's operation log into a fleet store (PostgreSQL)",
         description="Apply to the fleet store every record of DB's operation log it has not applied yet, in "

@@ -51,7 +51,8 @@ def check_embeddings(vectors: object, texts: Sequence[str], dim: int) -> np.ndar
     if zero.any():
         raise EmbeddingRejectedError(
             f"embedding provider returned a zero vector (for {_first(texts, zero)}); a vector needs a direction")
-    return array / norms
+    unit: np.ndarray = array / norms
+    return unit
 
 
 def is_rejection(exc: Optional[BaseException]) -> bool:

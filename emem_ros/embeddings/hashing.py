@@ -34,7 +34,8 @@ class HashingEmbeddingProvider:
                 out[row, h % self._dim] += weight if (h >> 16) & 1 else -weight
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0.0] = 1.0
-        return out / norms
+        unit: np.ndarray = out / norms
+        return unit
 
     def _features(self, text: str) -> Iterator[tuple[str, float]]:
         words = _TOKEN.findall(text.lower())

@@ -146,7 +146,8 @@ def mean_pool_normalize(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     counts = np.maximum(weights.sum(axis=1), 1e-9)
     pooled = summed / counts
     norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-    return (pooled / norms).astype(np.float32)
+    unit: np.ndarray = (pooled / norms).astype(np.float32)
+    return unit
 
 
 def _bundled_or_cached(cache_dir: Path) -> Path:

@@ -42,4 +42,5 @@ class QueryEmbedder:
             self._items[text] = vector
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
-        return vector
+        out: np.ndarray = vector
+        return out

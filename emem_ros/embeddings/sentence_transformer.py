@@ -40,12 +40,12 @@ def _quiet_loading() -> Iterator[None]:
         yield
         return
     was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         yield
     finally:
         if was_enabled:
-            hf_logging.enable_progress_bar()
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 class SentenceTransformerProvider:
@@ -97,4 +97,5 @@ class SentenceTransformerProvider:
             list(texts), batch_size=self._batch_size, convert_to_numpy=True,
             normalize_embeddings=True, show_progress_bar=False,
         )
-        return vectors.astype(np.float32)
+        out: np.ndarray = vectors.astype(np.float32)
+        return out

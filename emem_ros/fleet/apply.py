@@ -230,7 +230,7 @@ class FleetWriter:
                     self._write_rows(table, op.columns, op.rows)
 
     # -- positions --------------------------------------------------------
-    def place(self, x: Any, y: Any, z: Any) -> tuple:
+    def place(self, x: Any, y: Any, z: Any) -> tuple[Any, ...]:
         if x is None or y is None:
             return None, None, None
         fx, fy = self.transform.apply(float(x), float(y))
@@ -345,7 +345,7 @@ class FleetWriter:
         spec = ROW_TABLES[table]
         at = {name: i for i, name in enumerate(columns)}
         defaults = ROW_DEFAULTS.get(table, {})
-        values: list[tuple] = []
+        values: list[tuple[Any, ...]] = []
         for row in rows:
             out: list[Any] = []
             for _fleet, source, kind in spec:
@@ -441,7 +441,7 @@ class FleetWriter:
     # -- edges ------------------------------------------------------------
     def _edges(self, ops: list[InsertRows]) -> None:
         mode = ops[0].edge_mode
-        merged: dict[tuple, list] = {}
+        merged: dict[tuple[Any, ...], list[Any]] = {}
         for op in ops:
             at = {name: i for i, name in enumerate(op.columns)}
             for row in op.rows:

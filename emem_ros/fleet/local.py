@@ -96,7 +96,7 @@ class LocalMemory:
                           {name: int(sequences.get(name, 0)) for name in ("texts", "episodes", "gists", "entities")},
                           str(meta.get("embedding_model") or ""), int(dim) if dim and str(dim).isdigit() else 0)
 
-    def experience_rows(self, ids: Sequence[str], columns: Sequence[str]) -> list[tuple]:
+    def experience_rows(self, ids: Sequence[str], columns: Sequence[str]) -> list[tuple[Any, ...]]:
         """Experiences by id from the robot's file (immutable rows: what the log's insert made)."""
         try:
             return _experience_rows(self._sqlite(), ids, columns, self.path)
@@ -172,9 +172,10 @@ class LocalMemory:
         return oplog.read_hold(self.log_dir, name)
 
 
-def _experience_rows(conn: sqlite3.Connection, ids: Sequence[str], columns: Sequence[str], path: Path) -> list[tuple]:
+def _experience_rows(conn: sqlite3.Connection, ids: Sequence[str], columns: Sequence[str],
+                     path: Path) -> list[tuple[Any, ...]]:
     wanted = list(dict.fromkeys(ids))
-    rows: dict[str, tuple] = {}
+    rows: dict[str, tuple[Any, ...]] = {}
     select = ", ".join(columns)
     id_at = list(columns).index("id")
     for chunk in chunked(wanted):
@@ -207,7 +208,7 @@ class BaseSnapshot:
         self.seq = seq
         self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
 
-    def rows(self, table: str, columns: Sequence[str], batch: int = 20000) -> Iterator[list[tuple]]:
+    def rows(self, table: str, columns: Sequence[str], batch: int = 20000) -> Iterator[list[tuple[Any, ...]]]:
         quoted = ", ".join(f'"{c}"' for c in columns)
         cursor = self.conn.execute(f"SELECT {quoted} FROM {table}")
         while True:
@@ -231,7 +232,7 @@ class BaseSnapshot:
         sequences = dict(self.conn.execute("SELECT name, seq FROM sqlite_sequence"))
         return {name: int(sequences.get(name, 0)) for name in ("texts", "episodes", "gists", "entities")}
 
-    def experience_rows(self, ids: Sequence[str], columns: Sequence[str]) -> list[tuple]:
+    def experience_rows(self, ids: Sequence[str], columns: Sequence[str]) -> list[tuple[Any, ...]]:
         return _experience_rows(self.conn, ids, columns, self.path)
 
     def experience_ids(self) -> list[str]:

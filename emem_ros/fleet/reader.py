@@ -244,7 +244,7 @@ class FleetReader:
         self._conn = conn
         return info
 
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read; a dropped connection is reopened once, then reported as unavailable."""
         with self._lock:
             for attempt in (0, 1):
@@ -695,7 +695,7 @@ class FleetReader:
         return " AND ".join(parts), params
 
     @staticmethod
-    def _gist(row: tuple, similarity: Optional[float] = None) -> GistRow:
+    def _gist(row: tuple[Any, ...], similarity: Optional[float] = None) -> GistRow:
         layers = tuple(str(x) for x in json.loads(row[10] or "[]"))
         return GistRow(row[0], int(row[1]), row[2], _point(*row[3:6]), float(row[6] or 0.0), float(row[7]),
                        float(row[8]), int(row[9]), layers, int(row[11]) if row[11] is not None else None, similarity)
@@ -733,7 +733,7 @@ class FleetReader:
                " e.spread, e.first_seen, e.last_seen, e.sightings, e.layer")
 
     @staticmethod
-    def _entity(row: tuple, similarity: Optional[float] = None) -> EntityRow:
+    def _entity(row: tuple[Any, ...], similarity: Optional[float] = None) -> EntityRow:
         return EntityRow(row[0], int(row[1]), row[2], row[3], _point(*row[4:7]), float(row[7] or 0.0),
                          float(row[8]), float(row[9]), int(row[10]), row[11], similarity)
 
@@ -781,7 +781,7 @@ class FleetReader:
                 " e.reflection, e.success")
 
     def episodes(self, robots: Optional[Sequence[str]], k: int, number: Optional[int] = None,
-                 name: Optional[str] = None) -> list[tuple]:
+                 name: Optional[str] = None) -> list[tuple[Any, ...]]:
         """Episode rows (robot, id, name, status, start, end, parent, summary, goal, result, reflection, success),
         newest first."""
         parts, params = ["true"], list[Any]()

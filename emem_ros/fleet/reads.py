@@ -282,7 +282,8 @@ def _weights(env: FleetEnv, places: Places, relevance: dict[int, float]) -> np.n
     newest = np.full(len(texts), -np.inf)
     np.maximum.at(newest, index, places.last)
     recency = np.power(0.5, (newest[index] - places.last) / env.config.recency_halflife)
-    return rel * (1.0 + np.log(places.count)) * recency
+    weight: np.ndarray = rel * (1.0 + np.log(places.count)) * recency
+    return weight
 
 
 @dataclasses.dataclass

@@ -79,7 +79,8 @@ def remove_robot(conn: Any, robot_id: str) -> int:
     removed = conn.execute("DELETE FROM fleet.observations WHERE robot_id = %s", (robot_id,)).rowcount
     conn.execute("DELETE FROM fleet.robots WHERE robot_id = %s", (robot_id,))  # the rest cascades
     conn.commit()
-    return max(removed, 0)
+    count: int = max(removed, 0)
+    return count
 
 
 def check_robot_id(robot_id: str) -> None:

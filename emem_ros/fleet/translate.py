@@ -90,7 +90,7 @@ class UpdateSQL:
     """An UPDATE ready for PostgreSQL: ``sql`` with %s placeholders, one parameter tuple per execution."""
 
     sql: str
-    params: list[tuple]
+    params: list[tuple[Any, ...]]
 
 
 @dataclass
@@ -273,7 +273,7 @@ class TranslatorState:
     """What translation needs across records: the robot, its transform and the AUTOINCREMENT counts."""
 
     robot_id: str
-    place: Callable[[Any, Any, Any], tuple]
+    place: Callable[[Any, Any, Any], tuple[Any, ...]]
     """(x, y, z) in the robot frame -> (x, y, z) in the fleet frame; three Nones for no position
     (ST_MakePoint is strict: a NULL coordinate makes a NULL point)."""
     vector: Callable[[Any], Any]
@@ -486,7 +486,7 @@ class Translator:
         sql = f"UPDATE {fleet_table} SET {', '.join(set_sql)} WHERE {' AND '.join(where_sql)}"
         return _Update(sql, recipe + where_recipe)
 
-    def _compile_text_update(self, text: str, assignments: list, conditions: list[str]) -> _Plan:
+    def _compile_text_update(self, text: str, assignments: list[Any], conditions: list[str]) -> _Plan:
         columns = [a[0] for a in assignments]
         cond = [c.replace(" ", "").lower() for c in conditions]
         if columns == ["embedding"] and assignments[0][1] == "param" and cond[:1] == ["id=?"]:

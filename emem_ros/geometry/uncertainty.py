@@ -67,7 +67,8 @@ def circle_radii(covariances: np.ndarray, coverage: float = COVERAGE) -> np.ndar
     a, b = np.maximum(half_trace + root, 0.0), np.maximum(half_trace - root, 0.0)
     ratios, factors = _circle_factors(coverage)
     ratio = np.divide(b, a, out=np.zeros_like(a), where=a > 0)
-    return np.sqrt(a) * np.interp(ratio, ratios, factors)
+    spread: np.ndarray = np.sqrt(a) * np.interp(ratio, ratios, factors)
+    return spread
 
 
 @lru_cache(maxsize=16)

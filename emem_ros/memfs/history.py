@@ -75,7 +75,8 @@ def undo_op(session: Any, op_id: int) -> OpResult:
         changes.append(Change(path, tables.previous_state(conn, path, version), have))
     result = session.fs.commit(session, "undo", row[1], _parents_first(changes), summary=f"undid operation {op_id}",
                                undo_of=op_id)
-    return session._done(result)
+    done: OpResult = session._done(result)
+    return done
 
 
 def restore(session: Any, path: Any, version: Any) -> OpResult:
@@ -95,7 +96,8 @@ def restore(session: Any, path: Any, version: Any) -> OpResult:
     changes = session.fs.missing_parents(stored, session.agent_id) if state is not None else []
     changes.append(Change(stored, state, current.version if current is not None else 0))
     result = session.fs.commit(session, "restore", stored, changes, summary=f"restored version {number}")
-    return session._done(result)
+    done: OpResult = session._done(result)
+    return done
 
 
 def diff(session: Any, path: Any, v1: Any, v2: Any = None) -> str:

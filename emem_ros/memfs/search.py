@@ -216,7 +216,8 @@ def _scope(fs: Any, conn: Any, prefix: str) -> Optional[_Scope]:
     key = (prefix, fs.generation)
     cached = fs.scope_cache.get(key, False)
     if cached is not False:
-        return cached
+        hit: Optional[_Scope] = cached
+        return hit
     scope = _Scope.of(conn, prefix, fs.store.dim)
     if len(fs.scope_cache) >= 16 or any(g != fs.generation for _, g in fs.scope_cache):
         fs.scope_cache.clear()
@@ -344,7 +345,8 @@ def _visible(session: Any, node: Node, filters: _Filters) -> Optional[str]:
         return None
     if filters.before is not None and node.modified > filters.before:
         return None
-    return seen
+    path: Optional[str] = seen
+    return path
 
 
 def _distance(node: Node, filters: _Filters) -> Optional[float]:

@@ -89,7 +89,8 @@ class Decoder:
         if not digest.startswith("RIHS01_"):
             return False  # older bags record no type hash (or an md5 of ROS 1): nothing to compare
         try:
-            return self.typestore.hash_rihs01(connection.msgtype) != digest
+            differs: bool = self.typestore.hash_rihs01(connection.msgtype) != digest
+            return differs
         except Exception:
             return False
 

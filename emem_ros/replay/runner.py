@@ -163,7 +163,7 @@ def _routes(connections: list[Any], params: NodeParams) -> tuple[dict[int, str],
     by_topic = {spec.topic: spec.name for spec in params.layers}
     cameras = {spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}
     routes: dict[int, str] = {}
-    ignored: Counter = Counter()
+    ignored: Counter[str] = Counter()
     for conn in connections:
         if conn.topic == params.odom_topic:
             routes[conn.id] = ODOMETRY
@@ -190,7 +190,7 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
     wanted = [conn for conn in reader.connections if conn.id in routes]
     total = sum(int(conn.msgcount) for conn in wanted)
     progress = make_progress(total, options.progress, options.progress_stream)
-    decode_skips: dict[str, Counter] = {}
+    decode_skips: dict[str, Counter[str]] = {}
     odom_accepted = 0
     camera_infos: dict[str, int] = {}
     first: Optional[float] = None
@@ -232,7 +232,7 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
     summary.camera_infos = camera_infos
 
 
-def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips: dict[str, Counter],
+def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips: dict[str, Counter[str]],
                   odom_accepted: int) -> None:
     counts = pipeline.counts()
     for report in summary.layers:
@@ -254,7 +254,7 @@ def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips
     odom.accepted = odom_accepted
     odom.messages = odom_accepted + stats.malformed + stats.rejected_nonfinite + stats.rejected_frame \
         + sum(failed.values())
-    rejected: Counter = Counter(failed)
+    rejected: Counter[str] = Counter(failed)
     if stats.malformed + stats.rejected_nonfinite:
         rejected["malformed, unstamped or not finite (NaN)"] += stats.malformed + stats.rejected_nonfinite
     if stats.rejected_frame:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
@@ -51,9 +51,9 @@ def load_typestore(distro: str = "humble", *, own_msgs: Union[bool, Path, str] =
     return store
 
 
-def types_from_dir(directory: Path, package: str) -> dict:
+def types_from_dir(directory: Path, package: str) -> dict[Any, Any]:
     """Parse every ``*.msg`` in ``directory`` as ``<package>/msg/<Name>``."""
-    types: dict = {}
+    types: dict[Any, Any] = {}
     files = sorted(Path(directory).glob("*.msg"))
     if not files:
         raise InvalidInputError(f"no .msg files in {directory}")

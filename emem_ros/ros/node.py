@@ -108,7 +108,7 @@ def _qos(depth: int, reliability: str) -> QoSProfile:
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(depth), reliability=policy)
 
 
-class MemoryNode(LifecycleNode):
+class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type information
     """Lifecycle node `memory`: layers in, services out, consolidation on timers."""
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
@@ -165,7 +165,8 @@ class MemoryNode(LifecycleNode):
     # ------------------------------------------------------------------ clock
     def _now(self) -> float:
         """The node's clock in seconds: ROS time, simulated when use_sim_time is set."""
-        return self.get_clock().now().nanoseconds * 1e-9
+        seconds: float = self.get_clock().now().nanoseconds * 1e-9
+        return seconds
 
     @property
     def last_error(self) -> str:

@@ -87,7 +87,8 @@ class LayerSpec:
 
     @property
     def source_type(self) -> str:
-        return (SourceType.INTEROCEPTION if self.is_internal_state else SourceType.PERCEPTION).value
+        source: str = (SourceType.INTEROCEPTION if self.is_internal_state else SourceType.PERCEPTION).value
+        return source
 
 
 @dataclass

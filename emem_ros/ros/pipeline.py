@@ -49,11 +49,11 @@ class LayerCounts:
     """Observations stored with no position: no odometry near their stamp."""
     object_position_dropped: int = 0
     """3-D detections whose own position was in a frame other than the memory's."""
-    skipped: Counter = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
     """Reason -> messages (or drafts) that produced nothing."""
     bearings: int = 0
     """Observations stored with a ray (layers with a camera)."""
-    without_bearing: Counter = field(default_factory=Counter)
+    without_bearing: Counter[str] = field(default_factory=Counter)
     """Reason -> observations of a camera layer stored without a ray (placed at the robot's pose only)."""
 
     def copy(self) -> "LayerCounts":
@@ -106,7 +106,7 @@ class IngestPipeline:
                 self.camera_topics.setdefault(spec.camera.info_topic, []).append(spec.name)
         self._warn = warn or log.warning
         self._counts: dict[str, LayerCounts] = {name: LayerCounts() for name in self.layers}
-        self._unknown_layers: Counter = Counter()
+        self._unknown_layers: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -202,7 +202,8 @@ class IngestPipeline:
                 counts.bearings += 1
             elif bearing is not None:
                 counts.without_bearing[bearing] += 1
-        return node_id
+        stored: Optional[str] = node_id
+        return stored
 
     def _seen_from(self, spec: LayerSpec, draft: ObservationDraft, pose: PoseSample
                    ) -> tuple[ObservationDraft, Optional[str]]:

@@ -131,7 +131,8 @@ class Converter:
         return self.make(POINT_STAMPED, header=header, point=self.point(position))
 
     # -- store lookups (best effort)
-    def _lookup(self, kind: NodeKind, ids: Iterable[Optional[str]], fetch: Callable[[list[int]], list]) -> dict:
+    def _lookup(self, kind: NodeKind, ids: Iterable[Optional[str]],
+                fetch: Callable[[list[int]], list[Any]]) -> dict[Any, Any]:
         numbers = []
         for node_id in ids:
             if not node_id:
@@ -150,7 +151,7 @@ class Converter:
             log.debug("looking up %s rows for a service response failed", kind.value, exc_info=True)
             return {}
 
-    def observations(self, ids: Iterable[Optional[str]]) -> dict:
+    def observations(self, ids: Iterable[Optional[str]]) -> dict[Any, Any]:
         return self._lookup(NodeKind.OBSERVATION, ids, self.memory.store.get_observations)
 
     # -- memory hits
@@ -225,7 +226,7 @@ class Converter:
         return out
 
     def episodes(self, reports: Sequence[EpisodeReport]) -> list[Any]:
-        def fetch(numbers: list[int]) -> list:
+        def fetch(numbers: list[int]) -> list[Any]:
             return [self.memory.store.get_episode(n) for n in numbers]
 
         rows = self._lookup(NodeKind.EPISODE, (r.id for r in reports), fetch)

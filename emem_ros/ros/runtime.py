@@ -75,7 +75,7 @@ class MemoryRuntime:
         self.odometry_type: Optional[type] = None
         self.camera_info_type: Optional[type] = None
         """sensor_msgs/CameraInfo, resolved when a layer has a camera_info_topic."""
-        self._pending: dict[str, Future] = {}
+        self._pending: dict[str, Future[Any]] = {}
         self._lock = threading.Lock()
         self._warming: Optional[threading.Thread] = None
         self.fleet: Any = None
@@ -176,7 +176,8 @@ class MemoryRuntime:
         """Intake has stopped (the node destroyed its subscriptions): store what is buffered."""
         if self.memory is None:
             return 0
-        return self.memory.flush()
+        flushed: int = self.memory.flush()
+        return flushed
 
     def cleanup(self) -> None:
         """Close the memory (final flush, index save). State is cleared even if closing fails."""
@@ -292,14 +293,14 @@ class MemoryRuntime:
 
         self._guard(f"queueing {job}", queue)
 
-    def _report(self, job: str, future: Future) -> None:
+    def _report(self, job: str, future: Future[Any]) -> None:
         if future.cancelled():
             return
         error = future.exception()
         if error is not None and self.memory is not None:
             self.log.error(f"consolidation job '{job}' failed: {type(error).__name__}: {error}")
 
-    def pending_jobs(self) -> dict[str, Future]:
+    def pending_jobs(self) -> dict[str, Future[Any]]:
         with self._lock:
             return dict(self._pending)
 

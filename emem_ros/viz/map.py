@@ -18,7 +18,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -164,7 +164,8 @@ def _thin(points: np.ndarray, limit: int) -> np.ndarray:
     if len(points) <= limit:
         return points
     index = np.linspace(0, len(points) - 1, limit).round().astype(int)
-    return points[index]
+    thinned: np.ndarray = points[index]
+    return thinned
 
 
 def _extent(points: list[np.ndarray], gists: list[tuple[float, float, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +179,7 @@ def _extent(points: list[np.ndarray], gists: list[tuple[float, float, float]]) -
     return lo, hi
 
 
-def _palette(n: int) -> list:
+def _palette(n: int) -> list[Any]:
     from matplotlib import colormaps
 
     cmap = colormaps["tab10" if n <= 10 else "tab20"]

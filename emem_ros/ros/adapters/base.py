@@ -81,7 +81,8 @@ class AdaptResult:
 
 def source_type(layer: LayerLike) -> str:
     internal = bool(getattr(layer, "is_internal_state", False))
-    return (SourceType.INTEROCEPTION if internal else SourceType.PERCEPTION).value
+    source: str = (SourceType.INTEROCEPTION if internal else SourceType.PERCEPTION).value
+    return source
 
 
 def stamp_seconds(header: Any) -> Optional[float]:
