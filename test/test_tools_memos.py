@@ -10,7 +10,7 @@ import numpy as np
 from emem_ros.storage import codec
 from emem_ros.storage.events import Commit
 from emem_ros.tools.hybrid import KeywordIndex
-from emem_ros.tools.obs_kinds import ObservationKinds
+from emem_ros.tools.obs_memo import ObservationKinds
 from emem_ros.tools.ranking import _gist_vectors
 from test.support.patrol import age_past_window, open_memory
 

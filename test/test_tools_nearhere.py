@@ -168,7 +168,7 @@ def test_body_readings_name_their_texts_from_the_store_memo(make_memory, clock):
 
 
 def test_a_hit_whose_observation_is_archived_afterwards_leaves_the_answer(make_memory):
-    """The episode/tier memo (tools/obs_refs) is dropped by a commit that updates observations."""
+    """The episode/tier memo (tools/obs_memo) is dropped by a commit that updates observations."""
     memory = make_memory(query_cache_enabled=False)
     memory.start_episode("look around")
     memory.add("red mug", x=1.0, y=1.0, layer_name="detections")
@@ -187,7 +187,7 @@ def test_a_hit_whose_observation_is_archived_afterwards_leaves_the_answer(make_m
 
 def test_the_episode_memo_keeps_across_new_rows_and_drops_on_rewrites(make_memory):
     from emem_ros.storage.events import Commit
-    from emem_ros.tools.obs_refs import ObservationRefs
+    from emem_ros.tools.obs_memo import ObservationRefs
 
     memory = make_memory()
     memory.add("red mug", x=1.0, y=1.0, layer_name="detections")

@@ -6,6 +6,8 @@ Places are already aggregated per 0.5 m cell, so the lists here are short
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Optional
@@ -87,7 +89,70 @@ KEY_GAP = 1e9
 """Offset between keys on the third axis: far beyond any link, so keys never pair up."""
 
 
+class LabelMemo:
+    """Linkage labels of the point sets linked lately, keyed by the points' bytes and the link distance.
+
+    Labels are a function of the points alone, so an entry is never stale:
+    a write that adds, moves, merges or removes a place changes the points
+    (another key). What is kept is bounded by entries and by bytes.
+    """
+
+    def __init__(self, entries: int = 128, max_bytes: int = 8 << 20) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[float, tuple[int, ...], bytes], np.ndarray] = OrderedDict()
+        self._bytes = 0
+        self.entries, self.max_bytes = entries, max_bytes
+
+    @staticmethod
+    def key(points: np.ndarray, link: float) -> tuple[float, tuple[int, ...], bytes]:
+        points = np.ascontiguousarray(points, dtype=np.float64)
+        return (float(link), points.shape, points.tobytes())
+
+    def get(self, key: tuple[float, tuple[int, ...], bytes]) -> Optional[np.ndarray]:
+        with self._lock:
+            labels = self._kept.get(key)
+            if labels is not None:
+                self._kept.move_to_end(key)
+            return labels
+
+    def put(self, key: tuple[float, tuple[int, ...], bytes], labels: np.ndarray) -> None:
+        labels.setflags(write=False)  # shared by every caller that links the same points
+        size = len(key[2]) + labels.nbytes
+        if size > self.max_bytes // 4:
+            return
+        with self._lock:
+            if key in self._kept:
+                return
+            self._kept[key] = labels
+            self._bytes += size
+            while len(self._kept) > self.entries or self._bytes > self.max_bytes:
+                old_key, old = self._kept.popitem(last=False)
+                self._bytes -= len(old_key[2]) + old.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._bytes = 0
+
+
+LABELS = LabelMemo()
+
+
 def linked_labels(points: np.ndarray, link: float, tree: Any = None) -> np.ndarray:
+    """Single-linkage labels (distance <= link), numbered by each component's first point (read-only).
+
+    Remembered by the points' bytes (``LABELS``): "near here" links the
+    same few hundred places call after call until one of them changes.
+    """
+    key = LABELS.key(points, link)
+    labels = LABELS.get(key)
+    if labels is None:
+        labels = _linked_labels(points, link, tree)
+        LABELS.put(key, labels)
+    return labels
+
+
+def _linked_labels(points: np.ndarray, link: float, tree: Any = None) -> np.ndarray:
     """Single-linkage labels (distance <= link), numbered by each component's first point.
 
     Pairs come from a k-d tree; components from a few rounds of hooking
@@ -190,10 +255,15 @@ class Linker:
     def components(self, link: float) -> np.ndarray:
         if len(self.xy) <= SMALL:
             return components(self.xy, link)
-        points = np.asarray(self.xy, dtype=np.float64)[:, :2]
-        if self._tree is None:
-            self._tree = kd_tree(points)
-        return linked_labels(points, link, self._tree)
+        points = np.ascontiguousarray(np.asarray(self.xy, dtype=np.float64)[:, :2])
+        key = LABELS.key(points, link)
+        labels = LABELS.get(key)
+        if labels is None:
+            if self._tree is None:
+                self._tree = kd_tree(points)
+            labels = _linked_labels(points, link, self._tree)
+            LABELS.put(key, labels)
+        return labels
 
 
 def components(xy: np.ndarray, link: float) -> np.ndarray:

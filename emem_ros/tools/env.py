@@ -15,8 +15,7 @@ from emem_ros.engine import Engine
 from emem_ros.storage.events import Commit
 from emem_ros.tools.catalog import TextCatalog
 from emem_ros.tools.filters import Filters, area, episode_number
-from emem_ros.tools.obs_kinds import ObservationKinds
-from emem_ros.tools.obs_refs import ObservationRefs
+from emem_ros.tools.obs_memo import ObservationKinds, ObservationRefs
 from emem_ros.tools.ranking import GistRanker, TextRanker
 from emem_ros.tools.reads import ToolReads
 from emem_ros.tools.results import fmt_time

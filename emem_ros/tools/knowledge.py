@@ -8,9 +8,9 @@ hnswlib or an exact scan of the filtered rows.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
-from emem_ros.core.types import Entity, Position
+from emem_ros.core.types import Entity, NodeKind, Position, make_id
 from emem_ros.storage.sqlutil import marks
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters, area
@@ -99,7 +99,7 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
                      " AND (e.x - ?) * (e.x - ?) + (e.y - ?) * (e.y - ?) <= ?")
         params += [cx - radius, cx + radius, cy - radius, cy + radius, cx, cx, cy, cy, radius * radius]
     conn = env.store.reader()
-    columns = ", ".join(f"e.{c.strip()}" for c in env.store.ENTITY_COLUMNS.split(","))
+    columns = _COLUMNS
     order = "e.last_seen DESC, e.sightings DESC"
     found: dict[str, Entity] = {}
     scores: dict[str, float] = {}
@@ -109,7 +109,7 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
                             f" AND e.name LIKE ? ESCAPE '\\' ORDER BY {order} LIMIT ?",
                             (*params, pattern, n)).fetchall()
         for row in rows:
-            entity = env.store.entity_from_row(row)
+            entity = _entity(row)
             found[entity.id] = entity
             scores[entity.id] = 1.0
         if len(found) < n:
@@ -124,13 +124,13 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
                              f" LIMIT ?", (*params, max(n, 200))).fetchall()
         cands.sort(key=lambda r: math.hypot(r[3] - center[0], r[4] - center[1]))  # stable, like hits.sort below
         for row in cands[:n]:
-            entity = env.store.entity_from_row(row)
+            entity = _entity(row)
             found[entity.id] = entity
     else:
         rows = conn.execute(f"SELECT {columns} FROM entities e WHERE {' AND '.join(where)} ORDER BY {order}"
                             f" LIMIT ?", (*params, n)).fetchall()
         for row in rows:
-            entity = env.store.entity_from_row(row)
+            entity = _entity(row)
             found[entity.id] = entity
     hits = [_entity_hit(e, center, scores.get(e.id)) for e in found.values()]
     if center is not None:
@@ -151,11 +151,23 @@ def _by_meaning(env: ToolEnv, name: str, where: str, params: list, n: int) -> li
     if not pairs:
         return []
     slots = marks(len(pairs))
-    columns = ", ".join(f"e.{c.strip()}" for c in env.store.ENTITY_COLUMNS.split(","))
     rows = {r[0]: r for r in env.store.reader().execute(
-        f"SELECT {columns} FROM entities e WHERE {where} AND e.id IN ({slots})",
+        f"SELECT {_COLUMNS} FROM entities e WHERE {where} AND e.id IN ({slots})",
         (*params, *[p[0] for p in pairs])).fetchall()}
-    return [(env.store.entity_from_row(rows[l]), s) for l, s in pairs if l in rows][:n]
+    return [(_entity(rows[l]), s) for l, s in pairs if l in rows][:n]
+
+
+_COLUMNS = ("e.id, e.name, e.entity_type, e.x, e.y, e.z, e.spread, e.first_seen, e.last_seen, e.sightings,"
+            " e.confidence, e.layer")
+"""An entity's columns but its metadata: a hit shows none of it, and decoding its JSON was most of a row's cost."""
+
+
+def _entity(row: Sequence[Any]) -> Entity:
+    """``store.entity_from_row`` of a ``_COLUMNS`` row (metadata left empty)."""
+    eid, name, etype, x, y, z, spread, first, last, sightings, confidence, layer = row
+    return Entity(id=make_id(NodeKind.ENTITY, eid), name=name, entity_type=etype,
+                  position=(x, y, z) if x is not None else None, spread=spread, first_seen=first,
+                  last_seen=last, sightings=sightings, confidence=confidence, layer=layer)
 
 
 def _entity_hit(entity: Entity, center: Optional[Position], score: Optional[float]) -> Hit:

@@ -97,17 +97,18 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
             empty.evidence = text_hits(env.store, agg, ranked[:3])
         return _Located(empty, ranked, agg)
     capped = list(evidence.capped)
-    kinds = _layer_kinds(env, evidence)
+    masks = _layer_masks(evidence.layer)
+    kinds = _layer_kinds(env, evidence, masks)
     robot_layers = [layer for layer, kind in kinds.items() if kind.robot]
     placements: list[placing.Placement] = []
-    measured = evidence.subset(~_in_layers(evidence.layer, robot_layers))
+    measured = evidence.subset(~_in_layers(masks, len(evidence.layer), robot_layers))
     if len(measured.weight):
         placements += _from(placing.measured_placements(measured), measured)
     pose_layers = list(robot_layers)
     rays: Optional[tuple[RaySet, np.ndarray, np.ndarray]] = None
     ray_layers = [layer for layer in robot_layers if kinds[layer].rays]
     if ray_layers:
-        in_ray_layers = _in_layers(evidence.layer, ray_layers)
+        in_ray_layers = _in_layers(masks, len(evidence.layer), ray_layers)
         if evidence.count[in_ray_layers].sum() <= MAX_RAYS_READ:
             texts = sorted(set(evidence.text_id[in_ray_layers].tolist()))
             read = read_rays(env.store.reader(), texts, ray_layers, f.after, f.before)
@@ -124,7 +125,7 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
             pose_layers = [layer for layer in robot_layers if layer not in set(read.layer.tolist())]
     if pose_layers:
         blur = env.store.cell_size * math.sqrt(0.5)
-        robot = evidence.subset(_in_layers(evidence.layer, pose_layers))
+        robot = evidence.subset(_in_layers(masks, len(evidence.layer), pose_layers))
         robot = robot.subset(~placing.explained(robot, placements, lambda layer: kinds[layer].view_range + blur))
         if len(robot.weight):
             placements += _from(placing.robot_placements(robot, lambda layer: kinds[layer].view_range, blur), robot)
@@ -195,16 +196,16 @@ class _LayerKind:
 SAMPLE_PER_LAYER = 4
 
 
-def _layer_kinds(env: ToolEnv, evidence: "_Evidence") -> dict[str, _LayerKind]:
+def _layer_kinds(env: ToolEnv, evidence: "_Evidence", masks: dict[str, np.ndarray]) -> dict[str, _LayerKind]:
     """What each layer's positions mean, from a few of its observations (a layer is one sensor).
 
     A 2-D detection is stored where the robot stood, metres from the object;
     a 3-D detection (or a caller-given position) says where the thing is.
     """
-    layers = sorted(set(evidence.layer.tolist()))
+    layers = sorted(masks)
     sample: dict[int, str] = {}
     for layer in layers:
-        for obs in evidence.last_obs[evidence.layer == layer][:SAMPLE_PER_LAYER].tolist():
+        for obs in evidence.last_obs[masks[layer]][:SAMPLE_PER_LAYER].tolist():
             sample[int(obs)] = layer
     seen: dict[str, list[tuple[bool, bool, Any]]] = {layer: [] for layer in layers}
     for obs, (source, ray, view_range) in sorted(env.obs_kinds.get(env.store.reader(), list(sample)).items()):
@@ -220,10 +221,17 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence") -> dict[str, _LayerKind]:
     return kinds
 
 
-def _in_layers(layer: np.ndarray, layers: list[str]) -> np.ndarray:
-    mask = np.zeros(len(layer), dtype=bool)
+def _layer_masks(layer: np.ndarray) -> dict[str, np.ndarray]:
+    """Per layer of the evidence, its rows (a few layers; comparing the object array is the costly part,
+    so it is done once per layer, and the masks serve every selection by layer)."""
+    return {name: layer == name for name in set(layer.tolist())}
+
+
+def _in_layers(masks: dict[str, np.ndarray], n: int, layers: list[str]) -> np.ndarray:
+    mask = np.zeros(n, dtype=bool)
     for name in layers:  # a few layers: cheaper than np.isin, which sorts the object array
-        mask |= layer == name
+        if name in masks:
+            mask |= masks[name]
     return mask
 
 

@@ -162,7 +162,7 @@ def explained(evidence: PlaceLike, placed: Sequence[Placement], view_range_of: C
 
 def _per_layer(layer: np.ndarray, value_of: Callable[[str], float]) -> np.ndarray:
     """``value_of(layer)`` for every row, one call per distinct layer (a few) rather than per row."""
-    names = set(layer.tolist()) if len(layer) < 64 else set(np.unique(layer).tolist())
+    names = set(layer.tolist())  # np.unique would sort the object array in Python comparisons (~10x slower)
     if len(names) == 1:
         return np.full(len(layer), value_of(next(iter(names))))
     out = np.empty(len(layer))

@@ -40,9 +40,15 @@ def fmt_time(stamp: float, now: float) -> str:
     if abs(now - stamp) < 43_200 and 0.0 <= stamp < _YEAR_10000:
         clock = _clock_of_day(stamp)
     else:
-        moment = datetime.fromtimestamp(stamp, tz=timezone.utc)
-        clock = moment.strftime("%H:%M:%S") if abs(now - stamp) < 43_200 else moment.strftime("%Y-%m-%d %H:%M")
+        clock = _strftime(stamp, "%H:%M:%S" if abs(now - stamp) < 43_200 else "%Y-%m-%d %H:%M")
     return f"{clock} ({fmt_age(now - stamp)})"
+
+
+@functools.lru_cache(maxsize=8192)
+def _strftime(stamp: float, form: str) -> str:
+    """``datetime.fromtimestamp(stamp, utc).strftime(form)``, remembered: answers show the same older sightings
+    (their date and minute) call after call."""
+    return datetime.fromtimestamp(stamp, tz=timezone.utc).strftime(form)
 
 
 _YEAR_10000 = 253_402_300_799.0
