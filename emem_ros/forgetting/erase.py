@@ -36,6 +36,7 @@ from emem_ros.consolidation.rows import classify_layers, fetch_rows
 from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.core.types import EdgeKind
 from emem_ros.storage import codec
+from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked, marks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 SCRUBBED = "[forgotten]"
 TARGET_LOCK = 0.04
 """Seconds of writer lock a deletion batch aims at (well under the 100 ms a flush or question may wait)."""
+GIST_PLAN = 256
+"""Gists planned together (rows read, summaries drafted and embedded) before their writes."""
 FIRST_BATCH = 32
 MIN_BATCH = 16
 """Below this many rows, shrinking a transaction further only multiplies its fixed cost (commit, log append).
@@ -118,14 +121,14 @@ class Eraser:
         rows = []
         for chunk in chunked(ids):
             rows += conn.execute(
-                "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp FROM observations"
+                "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp, episode_id FROM observations"
                 f" WHERE id IN ({marks(len(chunk))})", chunk).fetchall()
         if not rows:
             return
         refs: dict[int, int] = defaultdict(int)
         cells: dict[tuple[int, str, int, int, int], list[float]] = {}
         size = self.store.cell_size
-        for obs_id, text_id, gist_id, layer, source, x, y, z, stamp in rows:
+        for obs_id, text_id, gist_id, layer, source, x, y, z, stamp, _episode in rows:
             if gist_id is not None:
                 self.erased.gists.add(gist_id)
             if text_id is None:
@@ -152,7 +155,8 @@ class Eraser:
         dead_ids = {d[0] for d in dead}
         removed_places = self._remove_texts(conn, dead)
         touched, gone = self._shrink_places(conn, {k: v for k, v in cells.items() if k[0] not in dead_ids})
-        self.store.announce(removed_texts=dead, removed_places=removed_places + gone, reshaped=True)
+        self.store.announce(removed_texts=dead, removed_places=removed_places + gone, reshaped=True, described=True,
+                            removed_observations=[(r[0], r[1], r[3], r[9], r[4], r[8]) for r in rows])
         self.store.state.announced.touched_places.extend(touched)
 
     def _dead_texts(self, conn: Any, text_ids: list[int]) -> list[tuple[int, str]]:
@@ -237,52 +241,98 @@ class Eraser:
                     f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))}) AND NOT EXISTS"
                     " (SELECT 1 FROM observations o WHERE o.text_id = texts.id)", list(chunk)).fetchall()
                 removed = self._remove_texts(conn, dead)
-                self.store.announce(removed_texts=dead, removed_places=removed, reshaped=bool(dead))
+                self.store.announce(removed_texts=dead, removed_places=removed, reshaped=bool(dead), described=True)
 
     # ------------------------------------------------------------------ gists
     def gists(self, selector: Optional["Selector"], touched_only: bool = False) -> None:
         """Re-summarise touched gists from what remains, remove empty ones, and ones still quoting the words.
 
         ``touched_only``: the gists the deleted rows fed were handled already (an earlier selector of the run).
+        A forget spread over a large memory touches thousands of gists: they are planned ``GIST_PLAN`` at a
+        time (rows read in one query, summaries drafted and embedded together, no lock held), and only
+        the writes take the lock, several gists per transaction (``TransactionBudget``).
         """
         touched = set() if touched_only else set(self.erased.gists)
         if selector is not None and selector.words_only:
             touched |= self._quoting("gists", "text", selector, "time_start", "time_end")
-        writer = SummaryWriter(None)
-        rows_of = {g: fetch_rows(self.store.reader(), "o.gist_id = ?", [g]) for g in sorted(touched)}
+        words = selector if selector is not None and selector.words_only else None
+        pattern = self._scrub_pattern(words)
+        budget = TransactionBudget(first=8, least=1)
+        ordered = sorted(touched)
+        for start in range(0, len(ordered), GIST_PLAN):
+            self._gist_part(ordered[start:start + GIST_PLAN], words, pattern, budget)
+
+    def _gist_part(self, part: list[int], words: Optional["Selector"], pattern: Optional[re.Pattern[str]],
+                   budget: TransactionBudget) -> None:
+        reader = self.store.reader()
+        rows_of: dict[int, list[Any]] = {g: [] for g in part}
+        for chunk in chunked(part):
+            for row in fetch_rows(reader, f"o.gist_id IN ({marks(len(chunk))})", chunk):
+                rows_of[row.gist_id].append(row)
         self._archived_texts([r for rows in rows_of.values() for r in rows])
-        for gist_id, rows in rows_of.items():
-            perceived = [r for r in rows if r.source_type != "interoception"]
-            old = self.store.reader().execute("SELECT text, metadata FROM gists WHERE id=?", (gist_id,)).fetchone()
+        olds: dict[int, tuple[str, Optional[str]]] = {}
+        for chunk in chunked(part):
+            olds.update((r[0], (r[1], r[2])) for r in reader.execute(
+                f"SELECT id, text, metadata FROM gists WHERE id IN ({marks(len(chunk))})", chunk))
+        writer = SummaryWriter(None)
+        removals: list[tuple[int, str]] = []
+        updates: list[tuple[int, str, str, Any, dict[str, Any]]] = []
+        for gist_id in part:
+            old = olds.get(gist_id)
             if old is None:
                 continue
+            rows = rows_of[gist_id]
+            perceived = [r for r in rows if r.source_type != "interoception"]
             if not perceived:
-                self._remove_gist(gist_id, old[0], rows)
+                removals.append((gist_id, old[0]))
                 continue
             metadata = json.loads(old[1]) if old[1] else {}
             draft = draft_gist(rows, classify_layers(rows), writer, str(metadata.get("kind", "time_window")))
-            words = selector if selector is not None and selector.words_only else None
-            text = self._scrub(draft.text, words)
+            text = pattern.sub(SCRUBBED, draft.text) if pattern is not None and draft.text else draft.text
             if words is not None and words.matches(text):
-                self._remove_gist(gist_id, old[0], rows)
+                removals.append((gist_id, old[0]))
                 continue
-            vector = self.engine.embed_texts([text])[0] if text else None
             metadata.update(draft.metadata)
             metadata["resummarised"] = "forget"
+            updates.append((gist_id, old[0], text, draft, metadata))
+        embedded = [u for u in updates if u[2]]
+        vectors: dict[int, Any] = {}
+        if embedded:
+            vectors = dict(zip((u[0] for u in embedded), self.engine.embed_texts([u[2] for u in embedded])))
+        writes: list[tuple[str, Any]] = [("remove", r) for r in removals] + [("update", u) for u in updates]
+        done = 0
+        while done < len(writes):
+            batch = writes[done:done + budget.size]
+            began = time.perf_counter()
             with self._write() as conn:
-                cx, cy, cz = draft.centroid if draft.centroid is not None else (None, None, None)
-                conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)",
-                             (gist_id, old[0]))
-                conn.execute("UPDATE gists SET text=?, cx=?, cy=?, cz=?, radius=?, time_start=?, time_end=?,"
-                             " source_count=?, layers=?, metadata=?, embedding=? WHERE id=?",
-                             (text, cx, cy, cz, draft.radius, draft.time_start, draft.time_end,
-                              len(draft.observation_ids), json.dumps(draft.layers), codec.dumps(metadata),
-                              codec.vector_to_blob(vector) if vector is not None else None, gist_id))
-                conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
-                self.store.announce(reshaped=True, rewritten=True)
-            self._drop_vector("gists", gist_id)
-            self.store.index_gist(gist_id, vector)
-            self.erased.gists_resummarised += 1
+                for kind, item in batch:
+                    if kind == "remove":
+                        self._remove_gist_row(conn, *item)
+                    else:
+                        self._update_gist_row(conn, item, vectors.get(item[0]))
+                self.store.announce(reshaped=True, rewritten=True, described=True)
+            budget.took(len(batch), time.perf_counter() - began)
+            done += len(batch)
+            gone = [item[0] for kind, item in batch]
+            self.store.update_index("gists", functools.partial(self.store.vectors["gists"].remove, gone))
+            for kind, item in batch:
+                if kind == "remove":
+                    self.erased.gists_removed += 1
+                else:
+                    self.store.index_gist(item[0], vectors.get(item[0]))
+                    self.erased.gists_resummarised += 1
+
+    def _update_gist_row(self, conn: Any, item: tuple[int, str, str, Any, dict[str, Any]],
+                         vector: Optional[np.ndarray]) -> None:
+        gist_id, old_text, text, draft, metadata = item
+        cx, cy, cz = draft.centroid if draft.centroid is not None else (None, None, None)
+        conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)", (gist_id, old_text))
+        conn.execute("UPDATE gists SET text=?, cx=?, cy=?, cz=?, radius=?, time_start=?, time_end=?,"
+                     " source_count=?, layers=?, metadata=?, embedding=? WHERE id=?",
+                     (text, cx, cy, cz, draft.radius, draft.time_start, draft.time_end,
+                      len(draft.observation_ids), json.dumps(draft.layers), codec.dumps(metadata),
+                      codec.vector_to_blob(vector) if vector is not None else None, gist_id))
+        conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
 
     def _archived_texts(self, rows: list[Any]) -> None:
         """Archived sources keep their text in the cold store only: a re-summary reads it from there."""
@@ -294,15 +344,11 @@ class Eraser:
             if row is not None and record.get("text"):
                 row.text = str(record["text"])
 
-    def _remove_gist(self, gist_id: int, text: str, rows: Sequence[Any]) -> None:
-        with self._write() as conn:
-            conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)", (gist_id, text))
-            conn.execute("UPDATE observations SET gist_id = NULL WHERE gist_id = ?", (gist_id,))
-            conn.execute("DELETE FROM gists WHERE id = ?", (gist_id,))
-            self._edges(conn, [f"gist-{gist_id}"])
-            self.store.announce(reshaped=True, rewritten=True)
-        self._drop_vector("gists", gist_id)
-        self.erased.gists_removed += 1
+    def _remove_gist_row(self, conn: Any, gist_id: int, text: str) -> None:
+        conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)", (gist_id, text))
+        conn.execute("UPDATE observations SET gist_id = NULL WHERE gist_id = ?", (gist_id,))
+        conn.execute("DELETE FROM gists WHERE id = ?", (gist_id,))
+        self._edges(conn, [f"gist-{gist_id}"])
 
     # ------------------------------------------------------------------ entities
     def entities(self, named: set[int], selector: Optional["Selector"]) -> None:
