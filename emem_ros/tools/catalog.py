@@ -74,6 +74,8 @@ class TextCatalog:
         """Deletions heard of (commit number, rows), not yet applied; appended by the writer, no lock."""
         self._applied = 0
         """The commit number the catalog reflects deletions up to."""
+        self.builds = 0
+        """Full builds so far (one GROUP BY over every observation each)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -155,6 +157,7 @@ class TextCatalog:
             self._add(text_id, layer, episode, bool(body), count, first, last)
         self._high_water = int(top)
         self._built = True
+        self.builds += 1
 
     def _apply_removed(self, conn: sqlite3.Connection, number: int) -> None:
         """Drop the rows deleted by commits the snapshot holds and the catalog counted (ids it has read)."""
@@ -309,6 +312,17 @@ class TextCatalog:
     def body_layers(self) -> list[str]:
         with self._lock:
             return sorted(self._body_layers)
+
+    def snapshot(self) -> dict[str, object]:
+        """Every slice as plain values (tests compare a catalog kept up to date with one built afresh)."""
+        def plain(part: Slice) -> dict[int, tuple[int, float, float]]:
+            return {t: (s.count, s.first, s.last) for t, s in part.items()}
+        with self._lock:
+            return {"all": plain(self._all),
+                    "layer": {k: plain(v) for k, v in self._by_layer.items() if v},
+                    "episode": {k: plain(v) for k, v in self._by_episode.items() if v},
+                    "both": {k: plain(v) for k, v in self._by_both.items() if v},
+                    "body_layers": set(self._body_layers), "body_texts": set(self._body_texts)}
 
     def has_body_rows(self, text_id: int) -> bool:
         """True when the same string was also stored as a body reading (rare)."""
