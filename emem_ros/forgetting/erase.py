@@ -79,6 +79,23 @@ class Erased:
     """Episodes whose texts were scrubbed (forgetting/episodes.py summarises them again)."""
 
 
+@dataclass
+class Plan:
+    """One deletion batch as read before its transaction (``Eraser._plan``)."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    cells: dict[tuple[int, str, int, int, int], list[float]] = field(default_factory=dict)
+    """Per place key: removed count, sums of x/y/z, earliest and latest stamp, highest id."""
+    ends: dict[tuple[int, str, int, int, int], tuple[tuple[Any, ...], tuple[Any, ...]]] = field(default_factory=dict)
+    """Per place losing an end: (first, last, newest id) as read, and as they will be without the batch."""
+
+
+def _inside(ends: Sequence[Any], low: float, high: float, top: int) -> bool:
+    """No removed row was the place's first, last or newest (``ends``: first_stamp, last_stamp, last_obs_id)."""
+    return (ends[0] is not None and ends[1] is not None and ends[2] is not None
+            and ends[0] < low and high < ends[1] and top < ends[2])
+
+
 class Eraser:
     def __init__(self, engine: "Engine", erased: Erased, cold: Optional["ColdStore"] = None) -> None:
         self.engine = engine
@@ -102,14 +119,18 @@ class Eraser:
         """In transactions sized so each holds the writer lock about ``target`` seconds (at most ``batch`` rows).
 
         The cost per row varies (a text shared by many observations, places to
-        shrink), so the size adapts to what was measured.
+        shrink), so the size adapts to what was measured. What can be read
+        before is read on a reader with no lock held (``_plan``): the rows, and
+        the new first/last stamps of places that lose theirs (a scan of the
+        text's rows in the cell: 30k rows for a common text at 1M).
         """
         size, start = min(batch, FIRST_BATCH), 0
         while start < len(ids):
             part = list(ids[start:start + size])
+            plan = self._plan(part)
             began = time.perf_counter()
             with self._write() as conn:
-                self._observation_batch(conn, part)
+                self._observation_batch(conn, plan)
             held = time.perf_counter() - began
             start += len(part)
             if held > target and size > MIN_BATCH:
@@ -117,34 +138,61 @@ class Eraser:
             elif held < target / 2:
                 size = min(batch, size * 2)
 
-    def _observation_batch(self, conn: Any, ids: list[int]) -> None:
-        rows = []
+    def _plan(self, ids: list[int]) -> "Plan":
+        """The batch's rows, what each place loses, and the new ends of places that lose their first/last row."""
+        reader = self.store.reader()
+        plan = Plan()
         for chunk in chunked(ids):
+            plan.rows += reader.execute(
+                "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp, episode_id FROM observations"
+                f" WHERE id IN ({marks(len(chunk))})", chunk).fetchall()
+        size = self.store.cell_size
+        members: dict[tuple[int, str, int, int, int], list[int]] = defaultdict(list)
+        for obs_id, text_id, _gist, layer, source, x, y, z, stamp, _episode in plan.rows:
+            if text_id is None or x is None or y is None or source == "interoception":
+                continue
+            zz = z if z is not None else 0.0
+            key = (text_id, layer, math.floor(x / size), math.floor(y / size), math.floor(zz / size))
+            cell = plan.cells.setdefault(key, [0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0])
+            cell[0] += 1
+            cell[1] += x
+            cell[2] += y
+            cell[3] += zz
+            cell[4] = min(cell[4], stamp)  # the removed rows' earliest and latest stamps, highest id
+            cell[5] = max(cell[5], stamp)
+            cell[6] = max(cell[6], obs_id)
+            members[key].append(obs_id)
+        for key, (n, _sx, _sy, _sz, low, high, top) in plan.cells.items():
+            row = reader.execute("SELECT count, first_stamp, last_stamp, last_obs_id FROM places"
+                                 " WHERE text_id=? AND layer=? AND cx=? AND cy=? AND cz=?", key).fetchone()
+            if row is None or row[0] <= n or _inside(row[1:], low, high, top):
+                continue
+            s = self.store.cell_size
+            bounds = (key[2] * s, (key[2] + 1) * s, key[3] * s, (key[3] + 1) * s)
+            gone = members[key]
+            ends = reader.execute(
+                "SELECT MIN(stamp), MAX(stamp), MAX(id) FROM observations WHERE text_id=? AND layer=?"
+                f" AND x >= ? AND x < ? AND y >= ? AND y < ? AND id NOT IN ({marks(len(gone))})",
+                (key[0], key[1], *bounds, *gone)).fetchone()
+            plan.ends[key] = (tuple(row[1:]), tuple(ends))
+        return plan
+
+    def _observation_batch(self, conn: Any, plan: "Plan") -> None:
+        rows = []
+        for chunk in chunked([r[0] for r in plan.rows]):  # still there (nothing else deletes them; checked)
             rows += conn.execute(
                 "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp, episode_id FROM observations"
                 f" WHERE id IN ({marks(len(chunk))})", chunk).fetchall()
         if not rows:
             return
         refs: dict[int, int] = defaultdict(int)
-        cells: dict[tuple[int, str, int, int, int], list[float]] = {}
-        size = self.store.cell_size
-        for obs_id, text_id, gist_id, layer, source, x, y, z, stamp, _episode in rows:
+        for row in rows:
+            text_id, gist_id = row[1], row[2]
             if gist_id is not None:
                 self.erased.gists.add(gist_id)
-            if text_id is None:
-                continue
-            refs[text_id] += 1
-            if x is not None and y is not None and source != "interoception":
-                zz = z if z is not None else 0.0
-                key = (text_id, layer, math.floor(x / size), math.floor(y / size), math.floor(zz / size))
-                cell = cells.setdefault(key, [0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0])
-                cell[0] += 1
-                cell[1] += x
-                cell[2] += y
-                cell[3] += zz
-                cell[4] = min(cell[4], stamp)  # the removed rows' earliest and latest stamps, highest id
-                cell[5] = max(cell[5], stamp)
-                cell[6] = max(cell[6], obs_id)
+            if text_id is not None:
+                refs[text_id] += 1
+        cells = plan.cells if len(rows) == len(plan.rows) else self._plan([r[0] for r in rows]).cells
         found = [r[0] for r in rows]
         for chunk in chunked(found):
             conn.execute(f"DELETE FROM observations WHERE id IN ({marks(len(chunk))})", chunk)
@@ -154,7 +202,8 @@ class Eraser:
         dead = self._dead_texts(conn, list(refs))
         dead_ids = {d[0] for d in dead}
         removed_places = self._remove_texts(conn, dead)
-        touched, gone = self._shrink_places(conn, {k: v for k, v in cells.items() if k[0] not in dead_ids})
+        touched, gone = self._shrink_places(conn, {k: v for k, v in cells.items() if k[0] not in dead_ids},
+                                            plan.ends)
         self.store.announce(removed_texts=dead, removed_places=removed_places + gone, reshaped=True, described=True,
                             removed_observations=[(r[0], r[1], r[3], r[9], r[4], r[8]) for r in rows])
         self.store.state.announced.touched_places.extend(touched)
@@ -182,12 +231,15 @@ class Eraser:
         self.erased.removed_text_strings += [d[1] for d in dead]
         return place_ids
 
-    def _shrink_places(self, conn: Any, cells: dict[tuple[int, str, int, int, int], list[float]]
+    def _shrink_places(self, conn: Any, cells: dict[tuple[int, str, int, int, int], list[float]],
+                       ends: dict[tuple[int, str, int, int, int], tuple[tuple[Any, ...], tuple[Any, ...]]]
                        ) -> tuple[list[tuple[int, str, int, int, int]], list[int]]:
         """Places of surviving texts count fewer observations; an emptied place goes.
 
-        First/last stamp and newest id are read again from the text's rows only
-        when a removed row was one of them (at 1M, a common text has 100k rows).
+        First/last stamp and newest id change only when a removed row was one
+        of them; their new values were read before the lock (``_plan``) and
+        hold unless ingest moved them meanwhile (then ingest's newer value
+        stays). A place the plan did not foresee is read here (rare).
         """
         touched, gone = [], []
         for key, (n, sx, sy, sz, low, high, top) in cells.items():
@@ -202,18 +254,21 @@ class Eraser:
                 continue
             touched.append(key)
             self.erased.places_updated += 1
-            inside = (row[2] is not None and row[3] is not None and row[4] is not None
-                      and row[2] < low and high < row[3] and top < row[4])
-            if inside:  # no removed row was the first, last or newest: those stay (no scan of the text's rows)
+            if _inside(row[2:], low, high, top):  # no removed row was the first, last or newest: those stay
                 conn.execute("UPDATE places SET count = count - ?, sx = sx - ?, sy = sy - ?, sz = sz - ? WHERE id = ?",
                              (n, sx, sy, sz, row[0]))
                 continue
-            text_id, layer = key[0], key[1]
-            s = self.store.cell_size
-            bounds = (key[2] * s, (key[2] + 1) * s, key[3] * s, (key[3] + 1) * s)
-            first, last, last_id = conn.execute(
-                "SELECT MIN(stamp), MAX(stamp), MAX(id) FROM observations WHERE text_id=? AND layer=?"
-                " AND x >= ? AND x < ? AND y >= ? AND y < ?", (text_id, layer, *bounds)).fetchone()
+            planned = ends.get(key)
+            if planned is not None:
+                before, after = planned
+                first, last, last_id = (new if now == old else now for now, old, new in zip(row[2:], before, after))
+            else:
+                text_id, layer = key[0], key[1]
+                s = self.store.cell_size
+                bounds = (key[2] * s, (key[2] + 1) * s, key[3] * s, (key[3] + 1) * s)
+                first, last, last_id = conn.execute(
+                    "SELECT MIN(stamp), MAX(stamp), MAX(id) FROM observations WHERE text_id=? AND layer=?"
+                    " AND x >= ? AND x < ? AND y >= ? AND y < ?", (text_id, layer, *bounds)).fetchone()
             conn.execute("UPDATE places SET count = count - ?, sx = sx - ?, sy = sy - ?, sz = sz - ?,"
                          " first_stamp = COALESCE(?, first_stamp), last_stamp = COALESCE(?, last_stamp),"
                          " last_obs_id = COALESCE(?, last_obs_id) WHERE id = ?",
