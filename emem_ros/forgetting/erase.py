@@ -90,7 +90,7 @@ class Plan:
     """Per place losing an end: (first, last, newest id) as read, and as they will be without the batch."""
 
 
-def _inside(ends: Sequence[Any], low: float, high: float, top: int) -> bool:
+def _inside(ends: Sequence[Any], low: float, high: float, top: float) -> bool:
     """No removed row was the place's first, last or newest (``ends``: first_stamp, last_stamp, last_obs_id)."""
     return (ends[0] is not None and ends[1] is not None and ends[2] is not None
             and ends[0] < low and high < ends[1] and top < ends[2])
@@ -323,7 +323,7 @@ class Eraser:
         rows_of: dict[int, list[Any]] = {g: [] for g in part}
         for chunk in chunked(part):
             for row in fetch_rows(reader, f"o.gist_id IN ({marks(len(chunk))})", chunk):
-                rows_of[row.gist_id].append(row)
+                rows_of.setdefault(row.gist_id or 0, []).append(row)
         self._archived_texts([r for rows in rows_of.values() for r in rows])
         olds: dict[int, tuple[str, Optional[str]]] = {}
         for chunk in chunked(part):

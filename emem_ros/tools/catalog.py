@@ -190,10 +190,10 @@ class TextCatalog:
                         stale.discard((text_id, in_layer, in_episode))
                     elif stamp <= stats.first or stamp >= stats.last:
                         stale.add((text_id, in_layer, in_episode))
-        for text_id, layer, episode in stale:
-            self._restamp(conn, text_id, layer, episode)
-        for text_id, layer in body:
-            self._rebody(conn, text_id, layer)
+        for text_id, in_layer, in_episode in stale:
+            self._restamp(conn, text_id, in_layer, in_episode)
+        for text_id, body_layer in body:
+            self._rebody(conn, text_id, body_layer)
         for mapping in (self._by_layer, self._by_episode, self._by_both):
             for slot in [k for k, part in mapping.items() if not part]:
                 del mapping[slot]  # type: ignore[arg-type]
