@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 SCRUBBED = "[forgotten]"
-TARGET_LOCK = 0.04
+TARGET_LOCK = 0.025
 """Seconds of writer lock a deletion batch aims at (well under the 100 ms a flush or question may wait)."""
 GIST_PLAN = 256
 """Gists planned together (rows read, summaries drafted and embedded) before their writes."""
@@ -72,6 +72,8 @@ class Erased:
     experiences_redacted: int = 0
     transactions: int = 0
     longest_lock: float = 0.0
+    longest_what: str = ""
+    """Which kind of batch held the lock longest (rows, gists, entities, ...)."""
     gists: set[int] = field(default_factory=set)
     entities: set[int] = field(default_factory=set)
     removed_text_strings: list[str] = field(default_factory=list)
@@ -104,15 +106,16 @@ class Eraser:
         self.cold = cold
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """One short write transaction, timed from lock to commit (the longest is reported)."""
+    def _write(self, what: str) -> Iterator[Any]:
+        """One short write transaction, timed from lock to commit (the longest, and of what, is reported)."""
         with self.store.write_lock:
             started = time.perf_counter()
             with self.store.write() as conn:
                 yield conn
             held = time.perf_counter() - started
         self.erased.transactions += 1
-        self.erased.longest_lock = max(self.erased.longest_lock, held)
+        if held > self.erased.longest_lock:
+            self.erased.longest_lock, self.erased.longest_what = held, what
 
     # ------------------------------------------------------------------ observations
     def observations(self, ids: Sequence[int], batch: int, target: float = TARGET_LOCK) -> None:
@@ -129,7 +132,7 @@ class Eraser:
             part = list(ids[start:start + size])
             plan = self._plan(part)
             began = time.perf_counter()
-            with self._write() as conn:
+            with self._write("rows") as conn:
                 self._observation_batch(conn, plan)
             held = time.perf_counter() - began
             start += len(part)
@@ -291,7 +294,7 @@ class Eraser:
     def orphan_texts(self, text_ids: Sequence[int]) -> None:
         """Named texts no observation refers to any more (archived away earlier, or never linked)."""
         for chunk in chunked(list(text_ids), 500):
-            with self._write() as conn:
+            with self._write("orphan texts") as conn:
                 dead = conn.execute(
                     f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))}) AND NOT EXISTS"
                     " (SELECT 1 FROM observations o WHERE o.text_id = texts.id)", list(chunk)).fetchall()
@@ -359,7 +362,7 @@ class Eraser:
         while done < len(writes):
             batch = writes[done:done + budget.size]
             began = time.perf_counter()
-            with self._write() as conn:
+            with self._write("gists") as conn:
                 for kind, item in batch:
                     if kind == "remove":
                         self._remove_gist_row(conn, *item)
@@ -418,7 +421,7 @@ class Eraser:
             node = f"ent-{number}"
             left = reader.execute("SELECT COUNT(*), COALESCE(SUM(weight), 0) FROM edges WHERE kind=? AND src=?",
                                   (EdgeKind.OBSERVED_IN.value, node)).fetchone()
-            with self._write() as conn:
+            with self._write("entities") as conn:
                 if number in named or left[0] == 0:
                     if conn.execute("DELETE FROM entities WHERE id=?", (number,)).rowcount:
                         self.erased.entities_removed += 1
@@ -452,7 +455,7 @@ class Eraser:
                 continue
             text = new[1] or new[0]
             vector = self.engine.embed_texts([text])[0] if text else None
-            with self._write() as conn:
+            with self._write("episodes") as conn:
                 conn.execute(f"UPDATE episodes SET {', '.join(c + '=?' for c in columns)}, embedding=? WHERE id=?",
                              (*new, codec.vector_to_blob(vector) if vector is not None else None, number))
                 self.store.announce(rewritten=True)

@@ -172,7 +172,7 @@ class Forgetter:
             [eraser._scrub_pattern(s if s.words_only else None) for s in selectors])
         now = engine.now()
         timer = scrub.LockTimer()
-        timer.held("batches", erased.longest_lock)
+        timer.held(f"batches: {erased.longest_what}" if erased.longest_what else "batches", erased.longest_lock)
         if experiences:
             self._redact(sorted(experiences.items()), now, timer)
         if self.cold is not None and selection.cold:
