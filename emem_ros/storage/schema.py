@@ -363,6 +363,7 @@ def vacuum_once(conn: sqlite3.Connection) -> bool:
     started = time.perf_counter()
     conn.execute("VACUUM")
     conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('secure_delete', 'vacuumed')")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the whole file went through the WAL: leave it empty
     log.info("vacuumed a memory file from before secure_delete once, at open (%.1f s)", time.perf_counter() - started)
     return True
 
