@@ -104,6 +104,7 @@ class Eraser:
         self.store = engine.store
         self.erased = erased
         self.cold = cold
+        self._kinds: Optional[list[str]] = None
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Any]:
@@ -283,6 +284,13 @@ class Eraser:
         last = conn.execute(f"SELECT stamp, id {where} ORDER BY stamp DESC, id DESC LIMIT 1", params).fetchone()
         return (first[0] if first else None, last[0] if last else None, last[1] if last else None)
 
+    def _edge_kinds(self) -> list[str]:
+        """Every edge kind in the table (read once per forget) and every kind the code knows."""
+        if self._kinds is None:
+            found = {r[0] for r in self.store.reader().execute("SELECT DISTINCT kind FROM edges")}
+            self._kinds = sorted(found | {k.value for k in EdgeKind})
+        return self._kinds
+
     def _edges(self, conn: Any, nodes: list[str]) -> None:
         """Edges to or from the nodes; entities lose the sightings (OBSERVED_IN) that went."""
         for chunk in chunked(nodes):
@@ -290,10 +298,14 @@ class Eraser:
                                        [EdgeKind.OBSERVED_IN.value, *chunk]):
                 if src.startswith("ent-"):
                     self.erased.entities.add(int(src[4:]))
-            self.erased.edges += conn.execute(f"DELETE FROM edges WHERE dst IN ({marks(len(chunk))})",
-                                              chunk).rowcount
-            self.erased.edges += conn.execute(f"DELETE FROM edges WHERE src IN ({marks(len(chunk))})",
-                                              chunk).rowcount
+            kinds = self._edge_kinds()
+            # with the kind named, both deletes are index searches (edges_dst, the primary key), not scans
+            self.erased.edges += conn.execute(
+                f"DELETE FROM edges WHERE kind IN ({marks(len(kinds))}) AND dst IN ({marks(len(chunk))})",
+                [*kinds, *chunk]).rowcount
+            self.erased.edges += conn.execute(
+                f"DELETE FROM edges WHERE kind IN ({marks(len(kinds))}) AND src IN ({marks(len(chunk))})",
+                [*kinds, *chunk]).rowcount
 
     # ------------------------------------------------------------------ texts nothing refers to
     def orphan_texts(self, text_ids: Sequence[int]) -> None:
