@@ -353,6 +353,7 @@ class Eraser:
         removals: list[tuple[int, str]] = []
         updates: list[tuple[int, str, str, Any, dict[str, Any]]] = []
         for gist_id in part:
+            time.sleep(0)  # let a thread waiting for the interpreter (a flush holding the writer lock) run now
             old = olds.get(gist_id)
             if old is None:
                 continue
