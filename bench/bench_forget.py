@@ -9,9 +9,12 @@ K", ~10k of them). Then, with a thread that keeps ingesting (one observation
 every 10 ms, flushed) and one that keeps asking (semantic_search and locate)
 while forget runs, it measures:
 
-- forget 1 observation by id, then 10,000 by ``match="red jacket"`` (every
-  person description: texts, places, FTS, vectors go), then 10,000 by ids
-  (texts stay: other observations use them);
+- forget 1 observation by id, then ~1,000 by ``match="red jacket"`` (every
+  person description: texts, places, FTS, vectors go), then 10,000
+  consecutive by ids (texts stay: other observations use them), then 10,000
+  spread over the memory by ids (thousands of gists re-summarised);
+  ``--cases`` picks some (``--reuse``: the words case is one common label
+  within a time window holding ~1,000 of its sightings);
 - per forget: wall time, the scrub steps (FTS merge, vector rebuild, log
   rewrite = base copy + segment restart, WAL truncate), the longest writer
   lock a forget step held, and the slowest ingest flush and question seen
@@ -40,6 +43,7 @@ from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
 
 LABELS = 20_000
+CASES = ("one", "consecutive", "spread", "words")
 CHUNK = 20_000
 
 
@@ -73,6 +77,7 @@ class Load:
         self.stop = threading.Event()
         self.worst_flush = 0.0
         self.worst_question = 0.0
+        self.question_times: list[float] = []
         self.flushes = self.questions = 0
         self.threads = [threading.Thread(target=self._ingest), threading.Thread(target=self._ask)]
 
@@ -103,13 +108,18 @@ class Load:
             began = time.perf_counter()
             self.memory.tools.call("semantic_search", f"object {k % LABELS}", n_results=3)
             self.memory.tools.call("locate", f"object {(k * 7) % LABELS}")
-            self.worst_question = max(self.worst_question, (time.perf_counter() - began) / 2)
+            took = (time.perf_counter() - began) / 2
+            self.question_times.append(took)
+            self.worst_question = max(self.worst_question, took)
             self.questions += 1
             k += 1
             time.sleep(0.01)
 
 
 def run_case(memory: Memory, clock: list[float], name: str, **criteria: object) -> None:
+    memory.tools.warm()  # the catalog is built before, as on a node that has answered questions already
+    memory.tools.call("semantic_search", "object 1", n_results=3)
+    memory.tools.call("locate", "object 2")
     memory.store.write_lock.reset()
     with Load(memory, clock) as load:
         began = time.perf_counter()
@@ -122,13 +132,20 @@ def run_case(memory: Memory, clock: list[float], name: str, **criteria: object) 
           f"[rows {report.seconds - report.scrub_seconds:.2f} s in {report.transactions} transactions; "
           f"scrub {report.scrub_seconds:.2f} s: {steps}]; longest writer lock {report.longest_lock * 1000:.0f} ms "
           f"({report.longest_lock_step}); meanwhile slowest flush {load.worst_flush * 1000:.0f} ms "
-          f"({load.flushes} flushes), slowest question {load.worst_question * 1000:.0f} ms ({load.questions}); "
+          f"({load.flushes} flushes), slowest question {load.worst_question * 1000:.0f} ms ({load.questions}; "
+          f"p50 {_pct(load.question_times, 50):.1f} ms, over 100 ms: "
+          f"{sum(1 for t in load.question_times if t > 0.1)}); "
           f"writer lock, longest holds by anyone: " + ", ".join(f"{label} {ms:.0f} ms" for ms, label in top)
           + f"; R-tree tombstones left {memory.store.places.tombstones}, compactions {memory.store.places.compactions}",
           flush=True)
 
 
-def reuse(source: Path) -> None:
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] * 1000 if ordered else 0.0
+
+
+def reuse(source: Path, args_cases: list[str]) -> None:
     """Forget from a copy of a bench_tools memory (an older schema opens with its migration)."""
     print(f"load before: {Path('/proc/loadavg').read_text().strip()}; cpus {os.cpu_count()}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
@@ -147,14 +164,28 @@ def reuse(source: Path) -> None:
         print(f"copied {source} in {copied:.1f} s, opened (with migration) in {time.perf_counter() - began:.1f} s;"
               f" {total} observations, {len(memory.store.places)} places", flush=True)
         try:
-            one = reader.execute("SELECT id FROM observations WHERE id % 97 = 3 AND text_id IS NOT NULL"
-                                 " LIMIT 1").fetchone()[0]
-            run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
-            # 10,000 consecutive observations (a stretch of the robot's day; ~35 gists re-summarised). Spread
-            # over the whole memory they would touch thousands of gists, each re-summarised and re-embedded.
-            ids = [f"obs-{r[0]}" for r in reader.execute(
-                "SELECT id FROM observations ORDER BY id LIMIT 10000 OFFSET 500000")]
-            run_case(memory, clock, "10k consecutive by ids", ids=ids)
+            cases = set(args_cases)
+            if "one" in cases:
+                one = reader.execute("SELECT id FROM observations WHERE id % 97 = 3 AND text_id IS NOT NULL"
+                                     " LIMIT 1").fetchone()[0]
+                run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
+            if "consecutive" in cases:
+                # 10,000 consecutive observations (a stretch of the robot's day; ~35 gists re-summarised).
+                ids = [f"obs-{r[0]}" for r in reader.execute(
+                    "SELECT id FROM observations ORDER BY id LIMIT 10000 OFFSET 500000")]
+                run_case(memory, clock, "10k consecutive by ids", ids=ids)
+            if "spread" in cases:
+                # 10,000 spread over the whole memory: thousands of gists touched, each re-summarised.
+                ids = [f"obs-{r[0]}" for r in reader.execute(
+                    "SELECT id FROM observations WHERE id % 97 = 5 ORDER BY id LIMIT 10000")]
+                run_case(memory, clock, "10k spread by ids (id % 97 = 5)", ids=ids)
+            if "words" in cases:
+                # ~1,000 by words: one common label within a time window holding about 1,000 of its sightings.
+                stamps = [r[0] for r in reader.execute(
+                    "SELECT o.stamp FROM observations o JOIN texts t ON t.id = o.text_id WHERE t.text = 'drawer'"
+                    " ORDER BY o.stamp LIMIT 1000 OFFSET 10000")]
+                run_case(memory, clock, "~1k by words 'drawer' in a time window", match="drawer",
+                         since=stamps[0], until=stamps[-1])
         finally:
             memory.close()
     print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
@@ -169,9 +200,11 @@ def main() -> None:
     parser.add_argument("--reuse", default=None,
                         help="a memory folder built by bench_tools.py --reuse (memory.db): copied, then forget "
                              "1 and 10,000 observations by id from the copy (the folder is never modified)")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES,
+                        help="which forgets to run, in this order of the list of choices")
     args = parser.parse_args()
     if args.reuse:
-        reuse(Path(args.reuse))
+        reuse(Path(args.reuse), args.cases)
         return
     print(f"load before: {Path('/proc/loadavg').read_text().strip() if Path('/proc/loadavg').exists() else '?'}; "
           f"cpus {os.cpu_count()}", flush=True)
@@ -206,12 +239,21 @@ def main() -> None:
                                                     hnsw_max_elements=LABELS * 2),
                                 embedding_provider=HashingEmbeddingProvider(), get_current_time=lambda: clock[0])
         try:
-            one = memory.store.reader().execute("SELECT id FROM observations WHERE id % 97 = 3 LIMIT 1").fetchone()[0]
-            run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
-            run_case(memory, clock, "~10k by match 'red jacket'", match="red jacket")
-            ids = [f"obs-{r[0]}" for r in memory.store.reader().execute(
-                "SELECT id FROM observations WHERE layer='detections' ORDER BY id LIMIT 10000 OFFSET 1000")]
-            run_case(memory, clock, "10k by ids", ids=ids)
+            reader = memory.store.reader()
+            cases = set(args.cases)
+            if "one" in cases:
+                one = reader.execute("SELECT id FROM observations WHERE id % 97 = 3 LIMIT 1").fetchone()[0]
+                run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
+            if "words" in cases:
+                run_case(memory, clock, "~1k by match 'red jacket'", match="red jacket")
+            if "consecutive" in cases:
+                ids = [f"obs-{r[0]}" for r in reader.execute(
+                    "SELECT id FROM observations WHERE layer='detections' ORDER BY id LIMIT 10000 OFFSET 1000")]
+                run_case(memory, clock, "10k consecutive by ids", ids=ids)
+            if "spread" in cases:
+                ids = [f"obs-{r[0]}" for r in reader.execute(
+                    "SELECT id FROM observations WHERE id % 9 = 4 ORDER BY id LIMIT 10000")]
+                run_case(memory, clock, "10k spread by ids (id % 9 = 4)", ids=ids)
         finally:
             memory.close()
     print(f"load after: {Path('/proc/loadavg').read_text().strip() if Path('/proc/loadavg').exists() else '?'}")

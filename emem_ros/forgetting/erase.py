@@ -36,6 +36,7 @@ from emem_ros.consolidation.rows import classify_layers, fetch_rows
 from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.core.types import EdgeKind
 from emem_ros.storage import codec
+from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked, marks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,8 +47,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 SCRUBBED = "[forgotten]"
-TARGET_LOCK = 0.04
+TARGET_LOCK = 0.025
 """Seconds of writer lock a deletion batch aims at (well under the 100 ms a flush or question may wait)."""
+GIST_PLAN = 256
+"""Gists planned together (rows read, summaries drafted and embedded) before their writes."""
 FIRST_BATCH = 32
 MIN_BATCH = 16
 """Below this many rows, shrinking a transaction further only multiplies its fixed cost (commit, log append).
@@ -69,11 +72,30 @@ class Erased:
     experiences_redacted: int = 0
     transactions: int = 0
     longest_lock: float = 0.0
+    longest_what: str = ""
+    """Which kind of batch held the lock longest (rows, gists, entities, ...)."""
     gists: set[int] = field(default_factory=set)
     entities: set[int] = field(default_factory=set)
     removed_text_strings: list[str] = field(default_factory=list)
     episodes: set[int] = field(default_factory=set)
     """Episodes whose texts were scrubbed (forgetting/episodes.py summarises them again)."""
+
+
+@dataclass
+class Plan:
+    """One deletion batch as read before its transaction (``Eraser._plan``)."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    cells: dict[tuple[int, str, int, int, int], list[float]] = field(default_factory=dict)
+    """Per place key: removed count, sums of x/y/z, earliest and latest stamp, highest id."""
+    ends: dict[tuple[int, str, int, int, int], tuple[tuple[Any, ...], tuple[Any, ...]]] = field(default_factory=dict)
+    """Per place losing an end: (first, last, newest id) as read, and as they will be without the batch."""
+
+
+def _inside(ends: Sequence[Any], low: float, high: float, top: float) -> bool:
+    """No removed row was the place's first, last or newest (``ends``: first_stamp, last_stamp, last_obs_id)."""
+    return (ends[0] is not None and ends[1] is not None and ends[2] is not None
+            and ends[0] < low and high < ends[1] and top < ends[2])
 
 
 class Eraser:
@@ -82,31 +104,37 @@ class Eraser:
         self.store = engine.store
         self.erased = erased
         self.cold = cold
+        self._kinds: Optional[list[str]] = None
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """One short write transaction, timed from lock to commit (the longest is reported)."""
+    def _write(self, what: str) -> Iterator[Any]:
+        """One short write transaction, timed from lock to commit (the longest, and of what, is reported)."""
         with self.store.write_lock:
             started = time.perf_counter()
             with self.store.write() as conn:
                 yield conn
             held = time.perf_counter() - started
         self.erased.transactions += 1
-        self.erased.longest_lock = max(self.erased.longest_lock, held)
+        if held > self.erased.longest_lock:
+            self.erased.longest_lock, self.erased.longest_what = held, what
 
     # ------------------------------------------------------------------ observations
     def observations(self, ids: Sequence[int], batch: int, target: float = TARGET_LOCK) -> None:
         """In transactions sized so each holds the writer lock about ``target`` seconds (at most ``batch`` rows).
 
         The cost per row varies (a text shared by many observations, places to
-        shrink), so the size adapts to what was measured.
+        shrink), so the size adapts to what was measured. What can be read
+        before is read on a reader with no lock held (``_plan``): the rows, and
+        the new first/last stamps of places that lose theirs (a scan of the
+        text's rows in the cell: 30k rows for a common text at 1M).
         """
         size, start = min(batch, FIRST_BATCH), 0
         while start < len(ids):
             part = list(ids[start:start + size])
+            plan = self._plan(part)
             began = time.perf_counter()
-            with self._write() as conn:
-                self._observation_batch(conn, part)
+            with self._write("rows") as conn:
+                self._observation_batch(conn, plan)
             held = time.perf_counter() - began
             start += len(part)
             if held > target and size > MIN_BATCH:
@@ -114,34 +142,54 @@ class Eraser:
             elif held < target / 2:
                 size = min(batch, size * 2)
 
-    def _observation_batch(self, conn: Any, ids: list[int]) -> None:
-        rows = []
+    def _plan(self, ids: list[int]) -> "Plan":
+        """The batch's rows, what each place loses, and the new ends of places that lose their first/last row."""
+        reader = self.store.reader()
+        plan = Plan()
         for chunk in chunked(ids):
+            plan.rows += reader.execute(
+                "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp, episode_id FROM observations"
+                f" WHERE id IN ({marks(len(chunk))})", chunk).fetchall()
+        size = self.store.cell_size
+        members: dict[tuple[int, str, int, int, int], list[int]] = defaultdict(list)
+        for obs_id, text_id, _gist, layer, source, x, y, z, stamp, _episode in plan.rows:
+            if text_id is None or x is None or y is None or source == "interoception":
+                continue
+            zz = z if z is not None else 0.0
+            key = (text_id, layer, math.floor(x / size), math.floor(y / size), math.floor(zz / size))
+            cell = plan.cells.setdefault(key, [0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0])
+            cell[0] += 1
+            cell[1] += x
+            cell[2] += y
+            cell[3] += zz
+            cell[4] = min(cell[4], stamp)  # the removed rows' earliest and latest stamps, highest id
+            cell[5] = max(cell[5], stamp)
+            cell[6] = max(cell[6], obs_id)
+            members[key].append(obs_id)
+        for key, (n, _sx, _sy, _sz, low, high, top) in plan.cells.items():
+            row = reader.execute("SELECT count, first_stamp, last_stamp, last_obs_id FROM places"
+                                 " WHERE text_id=? AND layer=? AND cx=? AND cy=? AND cz=?", key).fetchone()
+            if row is None or row[0] <= n or _inside(row[1:], low, high, top):
+                continue
+            plan.ends[key] = (tuple(row[1:]), self._cell_ends(reader, key, members[key]))
+        return plan
+
+    def _observation_batch(self, conn: Any, plan: "Plan") -> None:
+        rows = []
+        for chunk in chunked([r[0] for r in plan.rows]):  # still there (nothing else deletes them; checked)
             rows += conn.execute(
-                "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp FROM observations"
+                "SELECT id, text_id, gist_id, layer, source_type, x, y, z, stamp, episode_id FROM observations"
                 f" WHERE id IN ({marks(len(chunk))})", chunk).fetchall()
         if not rows:
             return
         refs: dict[int, int] = defaultdict(int)
-        cells: dict[tuple[int, str, int, int, int], list[float]] = {}
-        size = self.store.cell_size
-        for obs_id, text_id, gist_id, layer, source, x, y, z, stamp in rows:
+        for row in rows:
+            text_id, gist_id = row[1], row[2]
             if gist_id is not None:
                 self.erased.gists.add(gist_id)
-            if text_id is None:
-                continue
-            refs[text_id] += 1
-            if x is not None and y is not None and source != "interoception":
-                zz = z if z is not None else 0.0
-                key = (text_id, layer, math.floor(x / size), math.floor(y / size), math.floor(zz / size))
-                cell = cells.setdefault(key, [0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0])
-                cell[0] += 1
-                cell[1] += x
-                cell[2] += y
-                cell[3] += zz
-                cell[4] = min(cell[4], stamp)  # the removed rows' earliest and latest stamps, highest id
-                cell[5] = max(cell[5], stamp)
-                cell[6] = max(cell[6], obs_id)
+            if text_id is not None:
+                refs[text_id] += 1
+        cells = plan.cells if len(rows) == len(plan.rows) else self._plan([r[0] for r in rows]).cells
         found = [r[0] for r in rows]
         for chunk in chunked(found):
             conn.execute(f"DELETE FROM observations WHERE id IN ({marks(len(chunk))})", chunk)
@@ -151,8 +199,10 @@ class Eraser:
         dead = self._dead_texts(conn, list(refs))
         dead_ids = {d[0] for d in dead}
         removed_places = self._remove_texts(conn, dead)
-        touched, gone = self._shrink_places(conn, {k: v for k, v in cells.items() if k[0] not in dead_ids})
-        self.store.announce(removed_texts=dead, removed_places=removed_places + gone, reshaped=True)
+        touched, gone = self._shrink_places(conn, {k: v for k, v in cells.items() if k[0] not in dead_ids},
+                                            plan.ends)
+        self.store.announce(removed_texts=dead, removed_places=removed_places + gone, reshaped=True, described=True,
+                            removed_observations=[(r[0], r[1], r[3], r[9], r[4], r[8]) for r in rows])
         self.store.state.announced.touched_places.extend(touched)
 
     def _dead_texts(self, conn: Any, text_ids: list[int]) -> list[tuple[int, str]]:
@@ -178,12 +228,15 @@ class Eraser:
         self.erased.removed_text_strings += [d[1] for d in dead]
         return place_ids
 
-    def _shrink_places(self, conn: Any, cells: dict[tuple[int, str, int, int, int], list[float]]
+    def _shrink_places(self, conn: Any, cells: dict[tuple[int, str, int, int, int], list[float]],
+                       ends: dict[tuple[int, str, int, int, int], tuple[tuple[Any, ...], tuple[Any, ...]]]
                        ) -> tuple[list[tuple[int, str, int, int, int]], list[int]]:
         """Places of surviving texts count fewer observations; an emptied place goes.
 
-        First/last stamp and newest id are read again from the text's rows only
-        when a removed row was one of them (at 1M, a common text has 100k rows).
+        First/last stamp and newest id change only when a removed row was one
+        of them; their new values were read before the lock (``_plan``) and
+        hold unless ingest moved them meanwhile (then ingest's newer value
+        stays). A place the plan did not foresee is read here (rare).
         """
         touched, gone = [], []
         for key, (n, sx, sy, sz, low, high, top) in cells.items():
@@ -198,23 +251,45 @@ class Eraser:
                 continue
             touched.append(key)
             self.erased.places_updated += 1
-            inside = (row[2] is not None and row[3] is not None and row[4] is not None
-                      and row[2] < low and high < row[3] and top < row[4])
-            if inside:  # no removed row was the first, last or newest: those stay (no scan of the text's rows)
+            if _inside(row[2:], low, high, top):  # no removed row was the first, last or newest: those stay
                 conn.execute("UPDATE places SET count = count - ?, sx = sx - ?, sy = sy - ?, sz = sz - ? WHERE id = ?",
                              (n, sx, sy, sz, row[0]))
                 continue
-            text_id, layer = key[0], key[1]
-            s = self.store.cell_size
-            bounds = (key[2] * s, (key[2] + 1) * s, key[3] * s, (key[3] + 1) * s)
-            first, last, last_id = conn.execute(
-                "SELECT MIN(stamp), MAX(stamp), MAX(id) FROM observations WHERE text_id=? AND layer=?"
-                " AND x >= ? AND x < ? AND y >= ? AND y < ?", (text_id, layer, *bounds)).fetchone()
+            planned = ends.get(key)
+            if planned is not None:
+                before, after = planned
+                first, last, last_id = (new if now == old else now for now, old, new in zip(row[2:], before, after))
+            else:
+                first, last, last_id = self._cell_ends(conn, key, [])
             conn.execute("UPDATE places SET count = count - ?, sx = sx - ?, sy = sy - ?, sz = sz - ?,"
                          " first_stamp = COALESCE(?, first_stamp), last_stamp = COALESCE(?, last_stamp),"
                          " last_obs_id = COALESCE(?, last_obs_id) WHERE id = ?",
                          (n, sx, sy, sz, first, last, last_id, row[0]))
         return touched, gone
+
+    def _cell_ends(self, conn: Any, key: tuple[int, str, int, int, int], without: list[int]
+                   ) -> tuple[Optional[float], Optional[float], Optional[int]]:
+        """First stamp, last stamp and the id of the last row of a place's rows (``without`` those ids).
+
+        As ingest keeps them (``upsert_places``: the newest id is the last
+        row's). Walked on the (text, stamp) index from each end until a row
+        in the cell: a few rows, where MIN/MAX over the text scanned all of
+        its rows (30k for a common text at 1M).
+        """
+        s = self.store.cell_size
+        where = ("FROM observations WHERE text_id=? AND layer=? AND x >= ? AND x < ? AND y >= ? AND y < ?"
+                 + (f" AND id NOT IN ({marks(len(without))})" if without else ""))
+        params = (key[0], key[1], key[2] * s, (key[2] + 1) * s, key[3] * s, (key[3] + 1) * s, *without)
+        first = conn.execute(f"SELECT stamp {where} ORDER BY stamp, id LIMIT 1", params).fetchone()
+        last = conn.execute(f"SELECT stamp, id {where} ORDER BY stamp DESC, id DESC LIMIT 1", params).fetchone()
+        return (first[0] if first else None, last[0] if last else None, last[1] if last else None)
+
+    def _edge_kinds(self) -> list[str]:
+        """Every edge kind in the table (read once per forget) and every kind the code knows."""
+        if self._kinds is None:
+            found = {r[0] for r in self.store.reader().execute("SELECT DISTINCT kind FROM edges")}
+            self._kinds = sorted(found | {k.value for k in EdgeKind})
+        return self._kinds
 
     def _edges(self, conn: Any, nodes: list[str]) -> None:
         """Edges to or from the nodes; entities lose the sightings (OBSERVED_IN) that went."""
@@ -223,66 +298,117 @@ class Eraser:
                                        [EdgeKind.OBSERVED_IN.value, *chunk]):
                 if src.startswith("ent-"):
                     self.erased.entities.add(int(src[4:]))
-            self.erased.edges += conn.execute(f"DELETE FROM edges WHERE dst IN ({marks(len(chunk))})",
-                                              chunk).rowcount
-            self.erased.edges += conn.execute(f"DELETE FROM edges WHERE src IN ({marks(len(chunk))})",
-                                              chunk).rowcount
+            kinds = self._edge_kinds()
+            # with the kind named, both deletes are index searches (edges_dst, the primary key), not scans
+            self.erased.edges += conn.execute(
+                f"DELETE FROM edges WHERE kind IN ({marks(len(kinds))}) AND dst IN ({marks(len(chunk))})",
+                [*kinds, *chunk]).rowcount
+            self.erased.edges += conn.execute(
+                f"DELETE FROM edges WHERE kind IN ({marks(len(kinds))}) AND src IN ({marks(len(chunk))})",
+                [*kinds, *chunk]).rowcount
 
     # ------------------------------------------------------------------ texts nothing refers to
     def orphan_texts(self, text_ids: Sequence[int]) -> None:
         """Named texts no observation refers to any more (archived away earlier, or never linked)."""
         for chunk in chunked(list(text_ids), 500):
-            with self._write() as conn:
+            with self._write("orphan texts") as conn:
                 dead = conn.execute(
                     f"SELECT id, text FROM texts WHERE id IN ({marks(len(chunk))}) AND NOT EXISTS"
                     " (SELECT 1 FROM observations o WHERE o.text_id = texts.id)", list(chunk)).fetchall()
                 removed = self._remove_texts(conn, dead)
-                self.store.announce(removed_texts=dead, removed_places=removed, reshaped=bool(dead))
+                self.store.announce(removed_texts=dead, removed_places=removed, reshaped=bool(dead), described=True)
 
     # ------------------------------------------------------------------ gists
     def gists(self, selector: Optional["Selector"], touched_only: bool = False) -> None:
         """Re-summarise touched gists from what remains, remove empty ones, and ones still quoting the words.
 
         ``touched_only``: the gists the deleted rows fed were handled already (an earlier selector of the run).
+        A forget spread over a large memory touches thousands of gists: they are planned ``GIST_PLAN`` at a
+        time (rows read in one query, summaries drafted and embedded together, no lock held), and only
+        the writes take the lock, several gists per transaction (``TransactionBudget``).
         """
         touched = set() if touched_only else set(self.erased.gists)
         if selector is not None and selector.words_only:
             touched |= self._quoting("gists", "text", selector, "time_start", "time_end")
-        writer = SummaryWriter(None)
-        rows_of = {g: fetch_rows(self.store.reader(), "o.gist_id = ?", [g]) for g in sorted(touched)}
+        words = selector if selector is not None and selector.words_only else None
+        pattern = self._scrub_pattern(words)
+        budget = TransactionBudget(first=8, least=1)
+        ordered = sorted(touched)
+        for start in range(0, len(ordered), GIST_PLAN):
+            self._gist_part(ordered[start:start + GIST_PLAN], words, pattern, budget)
+
+    def _gist_part(self, part: list[int], words: Optional["Selector"], pattern: Optional[re.Pattern[str]],
+                   budget: TransactionBudget) -> None:
+        reader = self.store.reader()
+        rows_of: dict[int, list[Any]] = {g: [] for g in part}
+        for chunk in chunked(part):
+            for row in fetch_rows(reader, f"o.gist_id IN ({marks(len(chunk))})", chunk):
+                rows_of.setdefault(row.gist_id or 0, []).append(row)
         self._archived_texts([r for rows in rows_of.values() for r in rows])
-        for gist_id, rows in rows_of.items():
-            perceived = [r for r in rows if r.source_type != "interoception"]
-            old = self.store.reader().execute("SELECT text, metadata FROM gists WHERE id=?", (gist_id,)).fetchone()
+        olds: dict[int, tuple[str, Optional[str]]] = {}
+        for chunk in chunked(part):
+            olds.update((r[0], (r[1], r[2])) for r in reader.execute(
+                f"SELECT id, text, metadata FROM gists WHERE id IN ({marks(len(chunk))})", chunk))
+        writer = SummaryWriter(None)
+        removals: list[tuple[int, str]] = []
+        updates: list[tuple[int, str, str, Any, dict[str, Any]]] = []
+        for gist_id in part:
+            time.sleep(0)  # let a thread waiting for the interpreter (a flush holding the writer lock) run now
+            old = olds.get(gist_id)
             if old is None:
                 continue
+            rows = rows_of[gist_id]
+            perceived = [r for r in rows if r.source_type != "interoception"]
             if not perceived:
-                self._remove_gist(gist_id, old[0], rows)
+                removals.append((gist_id, old[0]))
                 continue
             metadata = json.loads(old[1]) if old[1] else {}
             draft = draft_gist(rows, classify_layers(rows), writer, str(metadata.get("kind", "time_window")))
-            words = selector if selector is not None and selector.words_only else None
-            text = self._scrub(draft.text, words)
+            text = pattern.sub(SCRUBBED, draft.text) if pattern is not None and draft.text else draft.text
             if words is not None and words.matches(text):
-                self._remove_gist(gist_id, old[0], rows)
+                removals.append((gist_id, old[0]))
                 continue
-            vector = self.engine.embed_texts([text])[0] if text else None
             metadata.update(draft.metadata)
             metadata["resummarised"] = "forget"
-            with self._write() as conn:
-                cx, cy, cz = draft.centroid if draft.centroid is not None else (None, None, None)
-                conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)",
-                             (gist_id, old[0]))
-                conn.execute("UPDATE gists SET text=?, cx=?, cy=?, cz=?, radius=?, time_start=?, time_end=?,"
-                             " source_count=?, layers=?, metadata=?, embedding=? WHERE id=?",
-                             (text, cx, cy, cz, draft.radius, draft.time_start, draft.time_end,
-                              len(draft.observation_ids), json.dumps(draft.layers), codec.dumps(metadata),
-                              codec.vector_to_blob(vector) if vector is not None else None, gist_id))
-                conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
-                self.store.announce(reshaped=True, rewritten=True)
-            self._drop_vector("gists", gist_id)
-            self.store.index_gist(gist_id, vector)
-            self.erased.gists_resummarised += 1
+            updates.append((gist_id, old[0], text, draft, metadata))
+        embedded = [u for u in updates if u[2]]
+        vectors: dict[int, Any] = {}
+        if embedded:
+            vectors = dict(zip((u[0] for u in embedded), self.engine.embed_texts([u[2] for u in embedded])))
+        writes: list[tuple[str, Any]] = [("remove", r) for r in removals] + [("update", u) for u in updates]
+        done = 0
+        while done < len(writes):
+            batch = writes[done:done + budget.size]
+            began = time.perf_counter()
+            with self._write("gists") as conn:
+                for kind, item in batch:
+                    if kind == "remove":
+                        self._remove_gist_row(conn, *item)
+                    else:
+                        self._update_gist_row(conn, item, vectors.get(item[0]))
+                self.store.announce(reshaped=True, rewritten=True, described=True)
+            budget.took(len(batch), time.perf_counter() - began)
+            done += len(batch)
+            gone = [item[0] for kind, item in batch]
+            self.store.update_index("gists", functools.partial(self.store.vectors["gists"].remove, gone))
+            for kind, item in batch:
+                if kind == "remove":
+                    self.erased.gists_removed += 1
+                else:
+                    self.store.index_gist(item[0], vectors.get(item[0]))
+                    self.erased.gists_resummarised += 1
+
+    def _update_gist_row(self, conn: Any, item: tuple[int, str, str, Any, dict[str, Any]],
+                         vector: Optional[np.ndarray]) -> None:
+        gist_id, old_text, text, draft, metadata = item
+        cx, cy, cz = draft.centroid if draft.centroid is not None else (None, None, None)
+        conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)", (gist_id, old_text))
+        conn.execute("UPDATE gists SET text=?, cx=?, cy=?, cz=?, radius=?, time_start=?, time_end=?,"
+                     " source_count=?, layers=?, metadata=?, embedding=? WHERE id=?",
+                     (text, cx, cy, cz, draft.radius, draft.time_start, draft.time_end,
+                      len(draft.observation_ids), json.dumps(draft.layers), codec.dumps(metadata),
+                      codec.vector_to_blob(vector) if vector is not None else None, gist_id))
+        conn.execute("INSERT INTO gists_fts(rowid, text) VALUES(?, ?)", (gist_id, text))
 
     def _archived_texts(self, rows: list[Any]) -> None:
         """Archived sources keep their text in the cold store only: a re-summary reads it from there."""
@@ -294,15 +420,11 @@ class Eraser:
             if row is not None and record.get("text"):
                 row.text = str(record["text"])
 
-    def _remove_gist(self, gist_id: int, text: str, rows: Sequence[Any]) -> None:
-        with self._write() as conn:
-            conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)", (gist_id, text))
-            conn.execute("UPDATE observations SET gist_id = NULL WHERE gist_id = ?", (gist_id,))
-            conn.execute("DELETE FROM gists WHERE id = ?", (gist_id,))
-            self._edges(conn, [f"gist-{gist_id}"])
-            self.store.announce(reshaped=True, rewritten=True)
-        self._drop_vector("gists", gist_id)
-        self.erased.gists_removed += 1
+    def _remove_gist_row(self, conn: Any, gist_id: int, text: str) -> None:
+        conn.execute("INSERT INTO gists_fts(gists_fts, rowid, text) VALUES('delete', ?, ?)", (gist_id, text))
+        conn.execute("UPDATE observations SET gist_id = NULL WHERE gist_id = ?", (gist_id,))
+        conn.execute("DELETE FROM gists WHERE id = ?", (gist_id,))
+        self._edges(conn, [f"gist-{gist_id}"])
 
     # ------------------------------------------------------------------ entities
     def entities(self, named: set[int], selector: Optional["Selector"]) -> None:
@@ -317,7 +439,7 @@ class Eraser:
             node = f"ent-{number}"
             left = reader.execute("SELECT COUNT(*), COALESCE(SUM(weight), 0) FROM edges WHERE kind=? AND src=?",
                                   (EdgeKind.OBSERVED_IN.value, node)).fetchone()
-            with self._write() as conn:
+            with self._write("entities") as conn:
                 if number in named or left[0] == 0:
                     if conn.execute("DELETE FROM entities WHERE id=?", (number,)).rowcount:
                         self.erased.entities_removed += 1
@@ -351,7 +473,7 @@ class Eraser:
                 continue
             text = new[1] or new[0]
             vector = self.engine.embed_texts([text])[0] if text else None
-            with self._write() as conn:
+            with self._write("episodes") as conn:
                 conn.execute(f"UPDATE episodes SET {', '.join(c + '=?' for c in columns)}, embedding=? WHERE id=?",
                              (*new, codec.vector_to_blob(vector) if vector is not None else None, number))
                 self.store.announce(rewritten=True)

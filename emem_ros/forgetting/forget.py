@@ -10,13 +10,14 @@ Order matters for the proof:
 4. files outside SQLite are rewritten: cold store, dead letters;
 5. the audit row is written (a logged transaction, so the base below holds it);
 6. bytes go (``scrub.py``): FTS merge, vector index rebuild + snapshot,
-   VACUUM once for a pre-secure-delete file, base copy + log restart, WAL
-   truncation, stale rebuild copies.
+   base copy + log restart, WAL truncation, stale rebuild copies.
 
-No step holds the writer lock for more than one batch, except a once-only
-VACUUM of a migrated file and the WAL checkpoint (proportional to the
-WAL, bounded by SQLite's auto-checkpoint). ``ForgetReport.longest_lock``
-says what it was.
+No step holds the writer lock for more than one batch: reading and
+planning (rows, place ends, gist summaries, the new log segment) happen
+before it on a reader. A file from before secure_delete is VACUUMed at
+open, not here (``schema.vacuum_once``). The WAL truncate is what is left
+of the WAL after PASSIVE checkpoints, with an fsync. ``ForgetReport.longest_lock``
+says what held it longest.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class Forgetter:
             [eraser._scrub_pattern(s if s.words_only else None) for s in selectors])
         now = engine.now()
         timer = scrub.LockTimer()
-        timer.held("batches", erased.longest_lock)
+        timer.held(f"batches: {erased.longest_what}" if erased.longest_what else "batches", erased.longest_lock)
         if experiences:
             self._redact(sorted(experiences.items()), now, timer)
         if self.cold is not None and selection.cold:

@@ -6,7 +6,9 @@
   there is nothing left to merge (total_changes moves by less than 2).
 - SQLite: ``secure_delete`` is on for every connection (``store._connect``),
   so deleted rows and freed pages are zeroed. A file that had deletes
-  before it was on (migrated from an older version) is VACUUMed once.
+  before it was on (migrated from an older version) is VACUUMed once, at
+  open (``schema.vacuum_once``), before the memory serves anyone; the
+  step here only covers a file whose mark went missing.
   The WAL still holds page images from before: it is checkpointed and
   truncated to zero bytes.
 - Vector indexes: hnswlib's ``mark_deleted`` keeps the vector in the graph
@@ -14,9 +16,12 @@
   (no lock held), swapped in under the writer lock, caught up, and saved
   (older snapshots are deleted).
 - Operation log: a checkpoint copy (``base-<seq>.db``) is taken from a read
-  snapshot of the cleaned file, then the segments are replaced by one
-  holding only the records after it (``OpLog.restart_after``); older bases
-  go. ``emem rebuild`` starts from that base, so it cannot bring anything back.
+  snapshot of the cleaned file, and a new segment holding only the records
+  after it is written beside the log (``OpLog.prepare_restart``), both with
+  no lock held. Under the writer lock only the records written since are
+  appended and the files renamed (old segments and bases are renamed aside);
+  they are deleted after it (deleting a 300 MB file takes a while). ``emem
+  rebuild`` starts from that base, so it cannot bring anything back.
 - Cold store and dead letters: rewritten without the records (temp + rename).
 - ``<db>.before-rebuild*`` (the file a past rebuild replaced) is deleted.
 """
@@ -42,6 +47,7 @@ from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
 from emem_ros.storage.derived_indexes import VECTOR_TABLES
 from emem_ros.storage.events import Commit
+from emem_ros.storage.oplog import HIDDEN, discard
 from emem_ros.storage.rebuild import BASE_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -234,15 +240,22 @@ def compact_log(store: "MemoryStore", timer: LockTimer) -> Optional[int]:
     finally:
         source.close()
     final = log_dir / f"base-{seq:012d}.db"
+    prepared = oplog.prepare_restart(seq)  # the tail so far, copied with no lock held
+    hidden: list[Path] = []
 
     def swap(_conn: sqlite3.Connection) -> None:
+        """Under the lock only renames and the few records written since the copy (deletes come after)."""
         os.replace(temp, final)
-        oplog.restart_after(seq)
+        _records, old = oplog.finish_restart(prepared)
+        hidden.extend(old)
         for entry in log_dir.iterdir():
             if BASE_NAME.match(entry.name) and entry != final:
-                entry.unlink(missing_ok=True)
+                gone = entry.with_name(f".{entry.name}{HIDDEN}")
+                os.replace(entry, gone)
+                hidden.append(gone)
         fsync_dir(log_dir)
     _locked(store, timer, "log swap", swap)
+    discard(hidden + [e for e in log_dir.iterdir() if e.name.endswith(HIDDEN)])  # and any a crash left
     return seq
 
 

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 PlaceKey = tuple[int, str, int, int, int]
 """(text_id, layer, cx, cy, cz): the places table's unique key."""
+RemovedObservation = tuple[int, Optional[int], str, Optional[int], str, float]
+"""(id, text_id, layer, episode_id, source_type, stamp) of a deleted observation row (forget)."""
 
 
 @dataclass
@@ -37,10 +39,14 @@ class Announcement:
     """Place rows upserted."""
     rewritten: bool = False
     """Rows views treat as append-only (gists, entities, episodes) were updated or deleted (forget): reset them."""
+    removed_observations: list[RemovedObservation] = field(default_factory=list)
+    """Observation rows deleted (forget), for views that can drop them instead of rebuilding."""
+    opaque: bool = False
+    """Some announcer said ``reshaped`` without describing it (archival, import): per-text views rebuild."""
 
     def empty(self) -> bool:
         return not (self.removed_texts or self.removed_places or self.reshaped or self.touched_places
-                    or self.rewritten)
+                    or self.rewritten or self.removed_observations)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,12 @@ class Commit:
     reshaped: bool = False
     touched_places: tuple[PlaceKey, ...] = ()
     rewritten: bool = False
+    removed_observations: tuple[RemovedObservation, ...] = ()
+    described: bool = False
+    """``reshaped``, but every change to who-said-what-where (text, layer, episode, stamp of observations) is
+    in ``removed_observations``: a per-text view may drop those rows instead of rebuilding."""
+    number: int = 0
+    """The store's commit count at this commit (``MemoryStore.wait_published``: a reader snapshot's position)."""
 
 
 Subscriber = Callable[[Commit], None]

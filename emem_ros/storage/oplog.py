@@ -235,32 +235,84 @@ class OpLog:
         up to it; what came later (the tail) is copied record by record, same
         sequence numbers, into a new segment written beside and renamed in,
         then the old segments are deleted. Returns the number of tail records.
+        (``prepare_restart`` + ``finish_restart`` + ``discard``: the same in
+        steps, so a caller holding a lock for the swap holds it for little.)
         """
+        prepared = self.prepare_restart(base_seq)
+        records, old = self.finish_restart(prepared)
+        discard(old)
+        return records
+
+    def prepare_restart(self, base_seq: int) -> "PreparedRestart":
+        """The new segment with the records after ``base_seq`` written so far (appends go on meanwhile)."""
+        with self._lock:
+            upto = self.last_seq
+        final = self.folder / f"{base_seq + 1:012d}.seg"
+        prepared = PreparedRestart(base_seq, final, self.folder / f".{final.name}.tmp", base_seq)
+        with open(prepared.temp, "wb") as handle:
+            handle.write(self.magic)
+            prepared.copied = self._copy_records(handle, base_seq, upto)
+            handle.flush()
+        return prepared
+
+    def finish_restart(self, prepared: "PreparedRestart") -> tuple[int, list[Path]]:
+        """Append the records that came since, rename the segment in, hide the old ones (renamed, not deleted:
+        deleting big files is slow); returns (tail records, hidden files for ``discard``)."""
         with self._lock:
             self._close_segment()
-            tail = [(seq, _decode_record(magic, payload, seq, position.path))
-                    for seq, magic, payload, position in iter_payloads(self.folder, base_seq)]
-            old = self.segments()
-            final = self.folder / f"{base_seq + 1:012d}.seg"
-            temp = self.folder / f".{final.name}.tmp"
-            with open(temp, "wb") as handle:
-                handle.write(self.magic)
-                for seq, statements in tail:
-                    payload = self._encode(statements)
-                    handle.write(FRAME.pack(len(payload), zlib.crc32(payload) & 0xFFFFFFFF, seq) + payload)
+            with open(prepared.temp, "ab") as handle:
+                last = self._copy_records(handle, prepared.copied, self.last_seq)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(temp, final)
-            for _first, path in old:
-                if path != final:
-                    path.unlink(missing_ok=True)
+            old = [path for _first, path in self.segments() if path != prepared.final]
+            os.replace(prepared.temp, prepared.final)
+            hidden = []
+            for path in old:
+                gone = path.with_name(f".{path.name}{HIDDEN}")
+                os.replace(path, gone)
+                hidden.append(gone)
             _fsync_folder(self.folder)
-            self._size = final.stat().st_size
-            self.last_seq = max(self.last_seq, tail[-1][0] if tail else base_seq)
-            return len(tail)
+            self._size = prepared.final.stat().st_size
+            self.last_seq = max(self.last_seq, last)
+            return last - prepared.base_seq, hidden
+
+    def _copy_records(self, handle: BinaryIO, after: int, upto: int) -> int:
+        """Copy the records after ``after`` up to ``upto`` into ``handle``; returns the last seq copied."""
+        last = after
+        for seq, magic, payload, position in iter_payloads(self.folder, after):
+            if seq > upto:
+                break
+            if magic != self.magic:
+                payload = self._encode(_decode_record(magic, payload, seq, position.path))
+            handle.write(FRAME.pack(len(payload), zlib.crc32(payload) & 0xFFFFFFFF, seq) + payload)
+            last = seq
+        return last
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for _, p in self.segments())
+
+
+HIDDEN = ".forgotten"
+"""Suffix of files a forget has replaced and will delete (no longer a segment nor a base)."""
+
+
+@dataclass
+class PreparedRestart:
+    """A log restart in progress (``OpLog.prepare_restart``)."""
+
+    base_seq: int
+    final: Path
+    temp: Path
+    copied: int
+    """The last record the new segment holds so far."""
+
+
+def discard(paths: list[Path]) -> None:
+    """Delete files a forget hid, and sync their folders."""
+    for path in paths:
+        path.unlink(missing_ok=True)
+    for folder in {p.parent for p in paths}:
+        _fsync_folder(folder)
 
 
 def list_segments(folder: Path) -> list[tuple[int, Path]]:

@@ -10,10 +10,13 @@ episodes.previous_id = FOLLOWS); many-to-many edges live in ``edges``.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 
 from emem_ros.core.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 SCHEMA_V1 = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -344,6 +347,25 @@ def migrate(conn: sqlite3.Connection) -> int:
     if created:  # every delete in this file zeroes its bytes (PRAGMA secure_delete): forget needs no VACUUM
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('secure_delete', 'from_creation')")
     return version
+
+
+def vacuum_once(conn: sqlite3.Connection) -> bool:
+    """VACUUM, once, a file that had deletes before ``secure_delete`` was on; True if it ran.
+
+    Such a file (created before schema v4) may keep deleted rows in free
+    pages, so the first forget must rewrite it whole: 6 s at 1M observations,
+    which under the writer lock would stop ingest and questions that long.
+    It runs here instead, at open, before the memory serves anyone (a
+    one-time cost of the upgrade, logged).
+    """
+    if conn.execute("SELECT value FROM meta WHERE key='secure_delete'").fetchone() is not None:
+        return False
+    started = time.perf_counter()
+    conn.execute("VACUUM")
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('secure_delete', 'vacuumed')")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the whole file went through the WAL: leave it empty
+    log.info("vacuumed a memory file from before secure_delete once, at open (%.1f s)", time.perf_counter() - started)
+    return True
 
 
 def _statements(script: str) -> list[str]:

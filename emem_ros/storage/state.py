@@ -81,3 +81,7 @@ class StoreState:
     """Derived indexes that missed committed rows; repaired from SQLite."""
     save_warned: bool = False
     closed: bool = False
+    commits_begun: int = 0
+    """Write transactions that reached COMMIT (counted just before it, under the writer lock)."""
+    commits_published: int = 0
+    """Of those, how many were published to subscribers (or rolled back): see ``wait_published``."""

@@ -44,7 +44,7 @@ from emem_ros.storage.observation_reads import OBSERVATION_COLUMNS, ObservationR
 from emem_ros.storage.oplog import OpLog
 from emem_ros.storage.place_cache import PlaceCache
 from emem_ros.storage.records import EmbedFn, NewObservation, Place, WriteReport
-from emem_ros.storage.schema import migrate
+from emem_ros.storage.schema import migrate, vacuum_once
 from emem_ros.storage.state import ObservationIds, StoreState, TextCache
 from emem_ros.storage.text_names import TextNames
 from emem_ros.storage.transactions import TransactionsMixin
@@ -113,6 +113,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
             if config.log_enabled:
                 self.oplog = OpLog(self.log_dir, config.log_segment_bytes)
                 self.redone = self._redo_from_log()
+            self.vacuumed_at_open = vacuum_once(self.state.conn)
             self.needs_reembed = self._check_model()
         except sqlite3.DatabaseError as exc:
             self.state.conn.close()

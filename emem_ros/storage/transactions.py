@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence, cast
 
 from emem_ros.core.errors import StoreError
 from emem_ros.storage.base import StoreBase
-from emem_ros.storage.events import Announcement, Commit
+from emem_ros.storage.events import Announcement, Commit, RemovedObservation
 from emem_ros.storage.logcodec import Statement
 from emem_ros.storage.oplog import Record, RecordingConnection, apply_record
 from emem_ros.storage.writer_lock import WriterLock
@@ -60,6 +61,7 @@ class TransactionsMixin(StoreBase):
                     try:
                         self.state.conn.execute(
                             "INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)", (str(seq),))
+                        self.state.commits_begun += 1
                         self.state.conn.execute("COMMIT")
                     except BaseException:
                         self.oplog.undo_append(seq, offset)
@@ -68,25 +70,53 @@ class TransactionsMixin(StoreBase):
                     if deferred:
                         self.state.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('log_seq', ?)",
                                            (str(deferred[-1][0]),))
+                    self.state.commits_begun += 1
                     self.state.conn.execute("COMMIT")
                 if deferred:
                     self.state.deferred = []
             except BaseException:
                 self.state.announced = Announcement()
+                self.state.commits_published = self.state.commits_begun
                 if self.state.conn.in_transaction:
                     self.state.conn.execute("ROLLBACK")
                 raise
             announced, self.state.announced = self.state.announced, Announcement()
-            self._after_commit(deferred, recording, announced)
+            try:
+                self._after_commit(deferred, recording, announced)
+            finally:
+                self.state.commits_published = self.state.commits_begun
 
     def announce(self, *, removed_texts: Sequence[tuple[int, str]] = (), removed_places: Sequence[int] = (),
-                 reshaped: bool = False, rewritten: bool = False) -> None:
-        """Inside ``write()``: rows this transaction removed, for the indexes and caches after COMMIT."""
+                 reshaped: bool = False, rewritten: bool = False,
+                 removed_observations: Sequence[RemovedObservation] = (), described: bool = False) -> None:
+        """Inside ``write()``: rows this transaction removed, for the indexes and caches after COMMIT.
+
+        ``described``: the ``reshaped`` change is only the deletion of ``removed_observations`` (and links
+        such as gist ids): views keyed by text, layer, episode and stamp may apply it instead of rebuilding.
+        """
         announced = self.state.announced
         announced.removed_texts.extend(removed_texts)
         announced.removed_places.extend(removed_places)
+        announced.removed_observations.extend(removed_observations)
         announced.reshaped = announced.reshaped or reshaped
+        announced.opaque = announced.opaque or (reshaped and not described)
         announced.rewritten = announced.rewritten or rewritten
+
+    def wait_published(self, timeout: float = 1.0) -> Optional[int]:
+        """For a reader that just took its snapshot: the commit count the snapshot may include, once every
+        one of those commits has been published (None if that takes longer than ``timeout``).
+
+        A commit is counted before COMMIT and published after it, so a snapshot taken before this call holds
+        no commit numbered above the count read here; waiting for the publication means the reader has heard
+        of every commit its snapshot shows (``Commit.number``). The wait is one COMMIT and its subscribers.
+        """
+        number = self.state.commits_begun
+        deadline = time.monotonic() + timeout
+        while self.state.commits_published < number:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.0002)
+        return number
 
     def _after_commit(self, deferred: list[tuple[int, list[Statement]]], recording: Optional[RecordingConnection],
                       announced: Announcement) -> None:
@@ -108,7 +138,9 @@ class TransactionsMixin(StoreBase):
             if not statements and announced.empty():
                 return
         self.commits.publish(Commit(statements, tuple(announced.removed_texts), tuple(announced.removed_places),
-                                    announced.reshaped, tuple(announced.touched_places), announced.rewritten))
+                                    announced.reshaped, tuple(announced.touched_places), announced.rewritten,
+                                    tuple(announced.removed_observations),
+                                    announced.reshaped and not announced.opaque, self.state.commits_begun))
 
     def write_deferred(self, statements: list[Statement]) -> int:
         """Make a small transaction durable in the log now; SQLite applies it with the next write.

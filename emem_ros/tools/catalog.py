@@ -10,25 +10,32 @@ O(distinct texts), like the vector index, and far smaller per text.
 It is derived, never authoritative: built with one GROUP BY on first use
 (about 0.3 s per 100k observations; ``MemoryTools.warm`` does it up front),
 caught up from rows with a larger id whenever SQLite reports a commit
-(``PRAGMA data_version``), and rebuilt after ``invalidate()``. Archival does
-not touch it: counts keep the sightings archived since the catalog was built
-(as the places table does) until the next rebuild, while a hit is only
-shown when a live observation backs it.
+(``PRAGMA data_version``), and rebuilt after ``invalidate()`` (archival,
+import). Rows a forget deletes are dropped instead (``removed``): counts go
+down, an emptied record goes, and a first or last stamp that went is read
+again for that text and slice only. So a question after a forget batch
+costs about what it cost before (a rebuild takes seconds at 1M). Which
+deletions the catalog already reflects is decided by commit number: a sync
+notes the last commit its read snapshot can hold (``wait_published``) and
+applies only the later deletions to later snapshots.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from emem_ros.core.types import SourceType
+from emem_ros.storage.events import RemovedObservation
 from emem_ros.storage.sqlutil import marks
 from emem_ros.storage.store import MemoryStore
 
 _BODY = SourceType.INTEROCEPTION.value
 _HOLE_WINDOW = 4096
 """Ids skipped by a catch-up (written out of order by racing threads) are re-read later."""
+_MAX_HEARD = 100_000
+"""Deletion notices kept for a catalog nobody syncs; past that it is rebuilt on next use instead."""
 
 
 class Stats:
@@ -63,6 +70,12 @@ class TextCatalog:
         self._invalidated = 0
         """Bumped by ``invalidate`` without the lock (a writer must never wait for a catalog build)."""
         self._seen = 0
+        self._removed: list[tuple[int, Sequence[RemovedObservation]]] = []
+        """Deletions heard of (commit number, rows), not yet applied; appended by the writer, no lock."""
+        self._applied = 0
+        """The commit number the catalog reflects deletions up to."""
+        self.builds = 0
+        """Full builds so far (one GROUP BY over every observation each)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -86,6 +99,13 @@ class TextCatalog:
         """
         self._invalidated += 1
 
+    def removed(self, number: int, rows: Sequence[RemovedObservation]) -> None:
+        """Commit ``number`` deleted these observation rows (a commit subscriber: no lock, no wait)."""
+        if len(self._removed) >= _MAX_HEARD:  # nobody asks (the catalog is not synced): rebuild when one does
+            self._removed.clear()
+            self.invalidate()
+        self._removed.append((number, rows))
+
     def sync(self) -> None:
         """Bring the catalog up to date with SQLite; a few microseconds when nothing changed."""
         conn = self._store.reader()
@@ -97,28 +117,114 @@ class TextCatalog:
                 self._reset()
                 self._versions.clear()
                 self._seen = invalidated
-            if self._built and self._versions.get(key) == version:
+            if self._built and self._versions.get(key) == version and not self._removed:
                 return
-            if not self._built:
-                self._build(conn)
-            else:
-                self._catch_up(conn)
+            own = not conn.in_transaction
+            if own:
+                conn.execute("BEGIN")
+            try:
+                conn.execute("SELECT 1 FROM observations LIMIT 1").fetchall()  # the snapshot starts here
+                number = self._store.wait_published()
+                if number is None:  # a commit still publishing after a second: build afresh, and again next time
+                    self._reset()
+                    self._build(conn)
+                    self.invalidate()
+                    return
+                if not self._built:
+                    self._build(conn)
+                else:
+                    self._apply_removed(conn, number)
+                    self._catch_up(conn)
+                self._drop_heard(number)
+            finally:
+                if own:
+                    conn.execute("COMMIT")
             self._versions[key] = version
 
+    def _drop_heard(self, number: int) -> None:
+        """Deletions of commits up to ``number`` are in the catalog now (or in the snapshot it was built from)."""
+        self._applied = max(self._applied, number)
+        while self._removed and self._removed[0][0] <= self._applied:
+            self._removed.pop(0)
+
     def _build(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN")
-        try:
-            top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
-            rows = conn.execute(
-                "SELECT text_id, layer, episode_id, source_type = ?, COUNT(*), MIN(stamp), MAX(stamp)"
-                " FROM observations WHERE text_id IS NOT NULL AND tier != 'archived' AND id <= ?"
-                " GROUP BY text_id, layer, episode_id, source_type = ?", (_BODY, top, _BODY)).fetchall()
-        finally:
-            conn.execute("COMMIT")
+        top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
+        rows = conn.execute(
+            "SELECT text_id, layer, episode_id, source_type = ?, COUNT(*), MIN(stamp), MAX(stamp)"
+            " FROM observations WHERE text_id IS NOT NULL AND tier != 'archived' AND id <= ?"
+            " GROUP BY text_id, layer, episode_id, source_type = ?", (_BODY, top, _BODY)).fetchall()
         for text_id, layer, episode, body, count, first, last in rows:
             self._add(text_id, layer, episode, bool(body), count, first, last)
         self._high_water = int(top)
         self._built = True
+        self.builds += 1
+
+    def _apply_removed(self, conn: sqlite3.Connection, number: int) -> None:
+        """Drop the rows deleted by commits the snapshot holds and the catalog counted (ids it has read)."""
+        stale: set[tuple[int, Optional[str], Optional[int]]] = set()
+        body: set[tuple[int, str]] = set()
+        for commit, rows in list(self._removed):
+            if commit <= self._applied or commit > number:
+                continue
+            for obs_id, text_id, layer, episode, source_type, stamp in rows:
+                if obs_id in self._holes:
+                    self._holes.discard(obs_id)
+                    continue
+                if text_id is None or obs_id > self._high_water:
+                    continue  # never counted (archived away, or not caught up yet: the catch-up will not see it)
+                if source_type == _BODY:
+                    body.add((text_id, layer))
+                    continue
+                slices: list[tuple[Slice, Optional[str], Optional[int]]] = [
+                    (self._all, None, None), (self._by_layer.get(layer, {}), layer, None)]
+                if episode is not None:
+                    slices += [(self._by_episode.get(episode, {}), None, episode),
+                               (self._by_both.get((layer, episode), {}), layer, episode)]
+                for part, in_layer, in_episode in slices:
+                    stats = part.get(text_id)
+                    if stats is None:
+                        continue
+                    stats.count -= 1
+                    if stats.count <= 0:
+                        del part[text_id]
+                        stale.discard((text_id, in_layer, in_episode))
+                    elif stamp <= stats.first or stamp >= stats.last:
+                        stale.add((text_id, in_layer, in_episode))
+        for text_id, in_layer, in_episode in stale:
+            self._restamp(conn, text_id, in_layer, in_episode)
+        for text_id, body_layer in body:
+            self._rebody(conn, text_id, body_layer)
+        for mapping in (self._by_layer, self._by_episode, self._by_both):
+            for slot in [k for k, part in mapping.items() if not part]:
+                del mapping[slot]  # type: ignore[arg-type]
+
+    def _restamp(self, conn: sqlite3.Connection, text_id: int, layer: Optional[str], episode: Optional[int]) -> None:
+        """The first or last sighting of a text in a slice went: read both again (index on text, stamp)."""
+        stats = self._slice(layer, episode).get(text_id)
+        if stats is None:
+            return
+        where = ["text_id = ?", "tier != 'archived'", "source_type != ?", "id <= ?"]
+        params: list[object] = [text_id, _BODY, self._high_water]
+        if layer is not None:
+            where.append("layer = ?")
+            params.append(layer)
+        if episode is not None:
+            where.append("episode_id = ?")
+            params.append(episode)
+        sql = f"SELECT stamp FROM observations WHERE {' AND '.join(where)} ORDER BY stamp"
+        first = conn.execute(sql + " LIMIT 1", params).fetchone()
+        last = conn.execute(sql + " DESC LIMIT 1", params).fetchone()
+        if first is not None and last is not None:
+            stats.first, stats.last = first[0], last[0]
+
+    def _rebody(self, conn: sqlite3.Connection, text_id: int, layer: str) -> None:
+        """A body reading went: is its text, and its layer, still read from the body?"""
+        if conn.execute("SELECT 1 FROM observations WHERE text_id = ? AND source_type = ? AND tier != 'archived'"
+                        " LIMIT 1", (text_id, _BODY)).fetchone() is None:
+            self._body_texts.discard(text_id)
+        if conn.execute("SELECT 1 FROM observations WHERE layer = ? AND source_type = ? AND tier != 'archived'"
+                        " AND text_id IS NOT NULL LIMIT 1", (layer, _BODY)).fetchone() is None:
+            self._body_layers.discard(layer)
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         rows = conn.execute(
@@ -206,6 +312,17 @@ class TextCatalog:
     def body_layers(self) -> list[str]:
         with self._lock:
             return sorted(self._body_layers)
+
+    def snapshot(self) -> dict[str, object]:
+        """Every slice as plain values (tests compare a catalog kept up to date with one built afresh)."""
+        def plain(part: Slice) -> dict[int, tuple[int, float, float]]:
+            return {t: (s.count, s.first, s.last) for t, s in part.items()}
+        with self._lock:
+            return {"all": plain(self._all),
+                    "layer": {k: plain(v) for k, v in self._by_layer.items() if v},
+                    "episode": {k: plain(v) for k, v in self._by_episode.items() if v},
+                    "both": {k: plain(v) for k, v in self._by_both.items() if v},
+                    "body_layers": set(self._body_layers), "body_texts": set(self._body_texts)}
 
     def has_body_rows(self, text_id: int) -> bool:
         """True when the same string was also stored as a body reading (rare)."""

@@ -48,11 +48,14 @@ class ToolEnv:
         engine.store.commits.subscribe(self.obs_refs.on_commit)
 
     def _on_commit(self, commit: Commit) -> None:
-        """Rows left the hot tables or arrived out of order: the per-text catalog is rebuilt on next use.
+        """Rows left the hot tables or arrived out of order: the per-text catalog is rebuilt on next use
+        (rows a forget deleted, ``described``, are dropped from it instead).
 
         Texts or gists deleted (or an unknown transaction): keyword document frequencies are read afresh.
         """
-        if commit.reshaped:
+        if commit.removed_observations:
+            self.catalog.removed(commit.number, commit.removed_observations)
+        if commit.reshaped and not commit.described:
             self.catalog.invalidate()
         if commit.reshaped or commit.removed_texts or _deletes(commit):
             self.texts.keywords.forget()
