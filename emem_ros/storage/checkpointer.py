@@ -1,0 +1,115 @@
+"""WAL checkpoints off the writer lock, so a COMMIT never copies the log back into the file.
+
+SQLite checkpoints the WAL inside the COMMIT that takes it past 1,000
+pages, and keeps doing so on every COMMIT while it stays past that (a
+reader on an older snapshot holds frames back and the log cannot start
+over: maintenance reads tens of thousands of rows at a time). Each such
+checkpoint copies pages and syncs the log and the file twice, all under
+the store's writer lock: measured with three unthrottled writers and
+maintenance, ingest flushes of 64 observations held the lock 150-300 ms
+in COMMIT, and a question waited behind them.
+
+So the writer connection never checkpoints (``wal_autocheckpoint=0``);
+this thread, with its own connection, copies the log back every
+``interval`` seconds without the writer lock (PASSIVE: it never waits for
+readers or writers). The log starts over from its beginning only at a
+write that begins with every frame copied, which a copy racing the writers
+rarely leaves; so when more than ``finish_frames`` frames wait, the thread
+copies the few frames written meanwhile under the writer lock (briefly:
+the bulk is done), as SQLite's own checkpoint did, and the log stays as
+short as before. Stopping it (``stop``) before the store closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from typing import Callable, Optional
+
+from emem_ros.storage.writer_lock import WriterLock
+
+log = logging.getLogger(__name__)
+
+INTERVAL = 0.25
+"""Seconds between checkpoints (a copy with nothing to do reads the WAL index only)."""
+FINISH_FRAMES = 1000
+"""Frames in the log above which the last copy is finished under the writer lock (SQLite's own threshold)."""
+
+
+class WalCheckpointer:
+    """A daemon thread copying the WAL back into the database file (see the module docstring)."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], lock: WriterLock, *,
+                 interval: float = INTERVAL, finish_frames: int = FINISH_FRAMES) -> None:
+        self._connect = connect
+        self._lock = lock
+        self.interval = interval
+        self.finish_frames = finish_frames
+        self._conn: Optional[sqlite3.Connection] = None
+        self._stop = threading.Event()
+        self._mutex = threading.Lock()  # one checkpoint at a time (the thread, or a caller of ``checkpoint``)
+        self.checkpoints = 0
+        self.finished = 0
+        """How many copies were finished under the writer lock."""
+        self.last: tuple[int, int, int] = (0, 0, 0)
+        """(busy, frames in the log, frames copied) of the last checkpoint, as SQLite returns them."""
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> "WalCheckpointer":
+        self._thread = threading.Thread(target=self._run, name="emem-wal-checkpoint", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.checkpoint()
+            except sqlite3.Error as exc:  # the next round tries again; the log only grows meanwhile
+                log.debug("WAL checkpoint failed: %s", exc)
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """Copy what the log holds back into the file now; finish under the writer lock when it is long."""
+        with self._mutex:
+            if self._stop.is_set():
+                return self.last
+            if self._conn is None:
+                self._conn = self._connect()
+            result = self._passive()
+            if result[1] > self.finish_frames and result[2] < result[1]:
+                while not self._lock.acquire(timeout=0.05):  # a close holding the lock is stopping us
+                    if self._stop.is_set():
+                        return result
+                try:
+                    if not self._stop.is_set():
+                        result = self._passive()
+                        self.finished += 1
+                finally:
+                    self._lock.release()
+            return result
+
+    def _passive(self) -> tuple[int, int, int]:
+        assert self._conn is not None
+        row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        self.checkpoints += 1
+        self.last = (int(row[0]), int(row[1]), int(row[2]))
+        return self.last
+
+    def stop(self) -> None:
+        """End the thread and close its connection (before the store closes its own)."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._mutex:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                except sqlite3.Error:
+                    pass
+                self._conn = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
