@@ -14,10 +14,11 @@ this thread, with its own connection, copies the log back every
 ``interval`` seconds without the writer lock (PASSIVE: it never waits for
 readers or writers). The log starts over from its beginning only at a
 write that begins with every frame copied, which a copy racing the writers
-rarely leaves; so when more than ``finish_frames`` frames wait, the thread
-copies the few frames written meanwhile under the writer lock (briefly:
-the bulk is done), as SQLite's own checkpoint did, and the log stays as
-short as before. Stopping it (``stop``) before the store closes.
+rarely leaves; so when the log is longer than ``finish_frames`` and only a
+few frames (at most ``finish_gap``) are left to copy, the thread copies
+them under the writer lock (briefly: the bulk is done), as SQLite's own
+checkpoint did, and the log stays about as short as before. The store
+stops it (``stop``) before it closes.
 """
 
 from __future__ import annotations
@@ -35,17 +36,25 @@ INTERVAL = 0.25
 """Seconds between checkpoints (a copy with nothing to do reads the WAL index only)."""
 FINISH_FRAMES = 1000
 """Frames in the log above which the last copy is finished under the writer lock (SQLite's own threshold)."""
+FINISH_GAP = 1024
+"""Most frames (of 4 KiB) copied under the writer lock; more left means a reader holds them: try next round."""
+PASSES = 8
+"""Copies without the writer lock per round, each catching up with what the writers appended meanwhile."""
+BEHIND = 0.02
+"""Seconds to the next round while the log is longer than ``finish_frames`` (it could not start over yet)."""
 
 
 class WalCheckpointer:
     """A daemon thread copying the WAL back into the database file (see the module docstring)."""
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], lock: WriterLock, *,
-                 interval: float = INTERVAL, finish_frames: int = FINISH_FRAMES) -> None:
+                 interval: float = INTERVAL, finish_frames: int = FINISH_FRAMES,
+                 finish_gap: int = FINISH_GAP) -> None:
         self._connect = connect
         self._lock = lock
         self.interval = interval
         self.finish_frames = finish_frames
+        self.finish_gap = finish_gap
         self._conn: Optional[sqlite3.Connection] = None
         self._stop = threading.Event()
         self._mutex = threading.Lock()  # one checkpoint at a time (the thread, or a caller of ``checkpoint``)
@@ -62,11 +71,14 @@ class WalCheckpointer:
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        wait = self.interval
+        while not self._stop.wait(wait):
             try:
-                self.checkpoint()
+                frames = self.checkpoint()[1]
             except sqlite3.Error as exc:  # the next round tries again; the log only grows meanwhile
                 log.debug("WAL checkpoint failed: %s", exc)
+                frames = 0
+            wait = BEHIND if frames > self.finish_frames else self.interval
 
     def checkpoint(self) -> tuple[int, int, int]:
         """Copy what the log holds back into the file now; finish under the writer lock when it is long."""
@@ -76,7 +88,14 @@ class WalCheckpointer:
             if self._conn is None:
                 self._conn = self._connect()
             result = self._passive()
-            if result[1] > self.finish_frames and result[2] < result[1]:
+            for _ in range(PASSES):  # catch up with the writers, who keep appending meanwhile
+                if result[1] - result[2] <= self.finish_gap or self._stop.is_set():
+                    break
+                copied = result[2]
+                result = self._passive()
+                if result[2] <= copied and self._stop.wait(0.005):  # a reader holds frames back: a query's time
+                    break
+            if self.finish_frames < result[1] and 0 < result[1] - result[2] <= self.finish_gap:
                 while not self._lock.acquire(timeout=0.05):  # a close holding the lock is stopping us
                     if self._stop.is_set():
                         return result
