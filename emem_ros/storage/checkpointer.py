@@ -32,7 +32,7 @@ from emem_ros.storage.writer_lock import WriterLock
 
 log = logging.getLogger(__name__)
 
-INTERVAL = 0.25
+INTERVAL = 0.1
 """Seconds between checkpoints (a copy with nothing to do reads the WAL index only)."""
 FINISH_FRAMES = 1000
 """Frames in the log above which the last copy is finished under the writer lock (SQLite's own threshold)."""
@@ -95,7 +95,7 @@ class WalCheckpointer:
                 result = self._passive()
                 if result[2] <= copied and self._stop.wait(0.005):  # a reader holds frames back: a query's time
                     break
-            if self.finish_frames < result[1] and 0 < result[1] - result[2] <= self.finish_gap:
+            if self.finish_frames < result[1] and result[1] - result[2] <= self.finish_gap:
                 while not self._lock.acquire(timeout=0.05):  # a close holding the lock is stopping us
                     if self._stop.is_set():
                         return result
