@@ -36,7 +36,7 @@ INTERVAL = 0.1
 """Seconds between checkpoints (a copy with nothing to do reads the WAL index only)."""
 FINISH_FRAMES = 1000
 """Frames in the log above which the last copy is finished under the writer lock (SQLite's own threshold)."""
-FINISH_GAP = 1024
+FINISH_GAP = 256
 """Most frames (of 4 KiB) copied under the writer lock; more left means a reader holds them: try next round."""
 PASSES = 8
 """Copies without the writer lock per round, each catching up with what the writers appended meanwhile."""
@@ -73,12 +73,15 @@ class WalCheckpointer:
     def _run(self) -> None:
         wait = self.interval
         while not self._stop.wait(wait):
+            finished = self.finished
             try:
                 frames = self.checkpoint()[1]
             except sqlite3.Error as exc:  # the next round tries again; the log only grows meanwhile
                 log.debug("WAL checkpoint failed: %s", exc)
                 frames = 0
-            wait = BEHIND if frames > self.finish_frames else self.interval
+            # soon again while the log is long and nothing was finished; after a finish (the log starts over
+            # unless a reader is on it) the usual pace, so a reader cannot make us hold the lock often
+            wait = BEHIND if frames > self.finish_frames and self.finished == finished else self.interval
 
     def checkpoint(self) -> tuple[int, int, int]:
         """Copy what the log holds back into the file now; finish under the writer lock when it is long."""
