@@ -24,8 +24,11 @@ stops it (``stop``) before it closes.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
+import time
+from pathlib import Path
 from typing import Callable, Optional
 
 from emem_ros.storage.writer_lock import WriterLock
@@ -43,6 +46,11 @@ FINISH_GAP = 256
 """Most frames (of 4 KiB) copied under the writer lock; more left means a reader holds them: try next round."""
 PASSES = 8
 """Copies without the writer lock per round, each catching up with what the writers appended meanwhile."""
+CALM = 0.02
+"""Seconds a sync of the log plus a copy may take for the disk to count as calm: only then is a copy finished
+under the writer lock (its sync waits for the disk; on a busy one that was measured at seconds)."""
+MOST_FRAMES = 65536
+"""Frames (256 MiB) past which the copy is finished under the lock even on a busy disk: the log is bounded."""
 BEHIND = 0.02
 """Seconds to the next round while the log is longer than ``finish_frames`` (it could not start over yet)."""
 
@@ -52,12 +60,17 @@ class WalCheckpointer:
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], lock: WriterLock, *,
                  interval: float = INTERVAL, finish_frames: int = FINISH_FRAMES,
-                 finish_gap: int = FINISH_GAP) -> None:
+                 finish_gap: int = FINISH_GAP, most_frames: int = MOST_FRAMES,
+                 wal_path: Optional[Path] = None) -> None:
         self._connect = connect
         self._lock = lock
         self.interval = interval
         self.finish_frames = finish_frames
         self.finish_gap = finish_gap
+        self.most_frames = most_frames
+        self._wal_path = wal_path
+        self.postponed = 0
+        """Finishes put off because the disk was busy."""
         self._conn: Optional[sqlite3.Connection] = None
         self._stop = threading.Event()
         self._mutex = threading.Lock()  # one checkpoint at a time (the thread, or a caller of ``checkpoint``)
@@ -102,16 +115,42 @@ class WalCheckpointer:
                 if result[2] <= copied and self._stop.wait(0.005):  # a reader holds frames back: a query's time
                     break
             if self.finish_frames < result[1] and result[1] - result[2] <= self.finish_gap:
-                while not self._lock.acquire(timeout=0.05):  # a close holding the lock is stopping us
-                    if self._stop.is_set():
-                        return result
-                try:
-                    if not self._stop.is_set():
-                        result = self._passive()
-                        self.finished += 1
-                finally:
-                    self._lock.release()
+                began = time.perf_counter()
+                self._sync_log()  # what the writers appended since, synced now: the finish's own sync is short
+                result = self._passive()
+                calm = time.perf_counter() - began < CALM
+                if calm or result[1] > self.most_frames:
+                    result = self._finish(result)
+                else:
+                    self.postponed += 1
             return result
+
+    def _finish(self, result: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The last few frames under the writer lock, so the next write starts the log over."""
+        while not self._lock.acquire(timeout=0.05):  # a close holding the lock is stopping us
+            if self._stop.is_set():
+                return result
+        try:
+            if not self._stop.is_set():
+                result = self._passive()
+                self.finished += 1
+        finally:
+            self._lock.release()
+        return result
+
+    def _sync_log(self) -> None:
+        if self._wal_path is None:
+            return
+        try:
+            fd = os.open(self._wal_path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _passive(self) -> tuple[int, int, int]:
         assert self._conn is not None

@@ -130,7 +130,8 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
             raise
         # The WAL is copied back by a thread, never inside a COMMIT under the writer lock (checkpointer.py).
         self.state.conn.execute("PRAGMA wal_autocheckpoint=0")
-        self.checkpointer = WalCheckpointer(self._connect, self.state.write_lock).start()
+        self.checkpointer = WalCheckpointer(self._connect, self.state.write_lock,
+                                            wal_path=Path(f"{self.path}-wal")).start()
 
     def _open_derived(self, config: MemoryConfig, dim: int) -> None:
         row = self.state.conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()
