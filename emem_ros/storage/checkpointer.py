@@ -44,7 +44,7 @@ FINISH_FRAMES = 8192
 """Frames (of 4 KiB: 32 MiB) in the log above which the last copy is finished under the writer lock.
 
 SQLite checkpoints past 1,000 frames; finishing costs a sync of the file under the lock (tens of ms when
-the disk is busy), so it is done at most 8 times as rarely, for a longer log file."""
+the disk is busy), so it is done about 8 times less often, for a longer log file."""
 FINISH_GAP = 256
 """Most frames (of 4 KiB) copied under the writer lock; more left means a reader holds them: try next round."""
 PASSES = 8
