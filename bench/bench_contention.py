@@ -158,6 +158,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
     memory.flush()
     before = stored(memory)
     memory.store.write_lock.reset()
+    wal = WalSize(Path(str(memory.store.path) + "-wal"))
     started = time.perf_counter()
     latencies: list[float] = []
     runs = 0
@@ -173,11 +174,13 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
                 latencies = ask(memory, seconds, interval) if questions else _sleep(seconds)
         added = sum(w.added)
     elapsed = time.perf_counter() - started
+    wal.stop()
     written = stored(memory) - before
     row: dict[str, Any] = {"phase": label, "questions": len(latencies), "seconds": elapsed,
                            "stored_per_s": written / elapsed, "maintenance_runs": runs}
     if writers is not None:
         row["added_per_s"] = added / elapsed
+    row["wal_mb"] = wal.largest / 1e6
     lock = memory.store.write_lock.stats()
     row["holds"] = sorted(((h["max_ms"], h["p99_ms"], h["count"], label) for label, h in lock["holds"].items()),
                           reverse=True)[:4]
@@ -187,6 +190,30 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
         row.update(p50=statistics.median(latencies), p95=percentile(latencies, 95),
                    p99=percentile(latencies, 99), max=max(latencies))
     return row
+
+
+class WalSize:
+    """The largest size of the WAL file during a phase (it grows while it cannot start over)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.largest = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.largest = max(self.largest, self.path.stat().st_size)
+            except OSError:
+                pass
+            if self._stop.wait(0.05):
+                break
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _sleep(seconds: float) -> list[float]:
@@ -261,6 +288,7 @@ def main() -> None:
     for r in results:
         print(f"  {r['phase']:28s} "
               + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["holds"]))
+    print("largest WAL file per phase (MB): " + "; ".join(f"{r['phase']} {r['wal_mb']:.1f}" for r in results))
     print("longest waits for the writer lock per phase (waiter: max / p99 ms, waits):")
     for r in results:
         print(f"  {r['phase']:28s} "

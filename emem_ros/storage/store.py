@@ -34,6 +34,7 @@ from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import StoreError
 from emem_ros.indexes.spatial_index import SpatialIndex
 from emem_ros.indexes.vector_index import VectorIndex
+from emem_ros.storage.checkpointer import WalCheckpointer
 from emem_ros.storage.derived_indexes import VECTOR_TABLES, DerivedIndexesMixin
 from emem_ros.storage.events import CommitFeed
 from emem_ros.storage.filelock import ProcessLock
@@ -128,6 +129,10 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
             if self.oplog is not None:
                 self.oplog.close()
             raise
+        # The WAL is copied back by a thread, never inside a COMMIT under the writer lock (checkpointer.py).
+        self.state.conn.execute("PRAGMA wal_autocheckpoint=0")
+        self.checkpointer = WalCheckpointer(self._connect, self.state.write_lock,
+                                            wal_path=Path(f"{self.path}-wal")).start()
 
     def _open_derived(self, config: MemoryConfig, dim: int) -> None:
         row = self.state.conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()
@@ -208,6 +213,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         Nothing here can lose stored data: what is logged but not applied is
         redone on the next open, and unsaved snapshots are rebuilt then.
         """
+        self.checkpointer.stop()  # first: its last copy may wait for the writer lock
         with self.state.write_lock:
             if self.state.closed:
                 return
