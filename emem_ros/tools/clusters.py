@@ -185,23 +185,30 @@ def kd_tree(points: np.ndarray) -> Any:
 
 
 def _roots(pairs: np.ndarray, n: int) -> Optional[np.ndarray]:
-    """Per point, the lowest point of its component under ``pairs`` (None: more rounds than allowed)."""
+    """Per point, the lowest point of its component under ``pairs`` (None: more rounds than allowed).
+
+    The first round needs no look-up (every point is its own root), and
+    pointer jumping stops on an element-wise test rather than
+    ``np.array_equal``'s checks: a few hundred points take a dozen array
+    calls, so each one saved counts.
+    """
     labels = np.arange(n)
     if not len(pairs):
         return labels
     a, b = pairs[:, 0], pairs[:, 1]
+    np.minimum.at(labels, np.maximum(a, b), np.minimum(a, b))
     for _ in range(PROPAGATION_ROUNDS):
+        while True:  # every label to its root
+            jumped = labels[labels]
+            if (jumped == labels).all():
+                break
+            labels = jumped
         at_a, at_b = labels[a], labels[b]
         apart = at_a != at_b
         if not apart.any():
             return labels
         at_a, at_b = at_a[apart], at_b[apart]
         np.minimum.at(labels, np.maximum(at_a, at_b), np.minimum(at_a, at_b))
-        while True:  # every label to its root
-            jumped = labels[labels]
-            if np.array_equal(jumped, labels):
-                break
-            labels = jumped
     return None
 
 
