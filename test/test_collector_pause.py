@@ -119,3 +119,17 @@ def test_memory_config_sets_the_pause(tmp_path):
         memory.close()
     with pytest.raises(InvalidInputError):
         open_memory(tmp_path / "c.db", clock, consolidation_gc_pause=-1.0)
+
+
+def test_the_timer_ends_a_pause_without_any_check():
+    pause = CollectorPause(max_seconds=0.01)
+    resumed = threading.Event()
+    with pause.paused():
+        for _ in range(500):  # the timer thread turns collection back on, no check() needed
+            if gc.isenabled():
+                resumed.set()
+                break
+            resumed.wait(0.01)
+    assert resumed.is_set()
+    assert pause.cut_short == 1
+    assert gc.isenabled()

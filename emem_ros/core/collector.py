@@ -14,9 +14,9 @@ Those objects die by reference counting at the end of each step, so the
 collector need not see them: ``CollectorPause`` turns automatic collection
 off while a job runs and back on after it (only if it was on, so an
 application that disabled it keeps it disabled). A pause never outlasts
-``max_seconds``: ``check()``, called where jobs check their stop event, ends
-it early, so a long job (an LLM call) does not let cycles from other
-threads pile up.
+``max_seconds``: a timer (and ``check()``, called where jobs check their stop
+event) ends it early, so a long job (an LLM call) does not let cycles from
+other threads pile up.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class CollectorPause:
         self._lock = threading.Lock()
         self._depth = 0
         self._since: Optional[float] = None  # set while this object has the collector off
+        self._timer: Optional[threading.Timer] = None
         self.pauses = 0
         self.cut_short = 0
 
@@ -56,6 +57,9 @@ class CollectorPause:
                 gc.disable()
                 self._since = time.monotonic()
                 self.pauses += 1
+                self._timer = threading.Timer(self.max_seconds, self._expire)
+                self._timer.daemon = True
+                self._timer.start()
         try:
             yield
         finally:
@@ -71,7 +75,16 @@ class CollectorPause:
                 self.cut_short += 1
                 self._resume()
 
+    def _expire(self) -> None:
+        with self._lock:
+            if self._since is not None:
+                self.cut_short += 1
+                self._resume()
+
     def _resume(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._since is not None:
             self._since = None
             gc.enable()
