@@ -26,6 +26,7 @@ questions.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import logging
 import os
@@ -159,6 +160,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
     before = stored(memory)
     memory.store.write_lock.reset()
     wal = WalSize(Path(str(memory.store.path) + "-wal"))
+    collections = Collections()
     started = time.perf_counter()
     latencies: list[float] = []
     runs = 0
@@ -175,12 +177,14 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
         added = sum(w.added)
     elapsed = time.perf_counter() - started
     wal.stop()
+    gc_passes = collections.stop()
     written = stored(memory) - before
     row: dict[str, Any] = {"phase": label, "questions": len(latencies), "seconds": elapsed,
                            "stored_per_s": written / elapsed, "maintenance_runs": runs}
     if writers is not None:
         row["added_per_s"] = added / elapsed
     row["wal_mb"] = wal.largest / 1e6
+    row["gc"] = gc_passes
     lock = memory.store.write_lock.stats()
     row["holds"] = sorted(((h["max_ms"], h["p99_ms"], h["count"], label) for label, h in lock["holds"].items()),
                           reverse=True)[:4]
@@ -190,6 +194,30 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
         row.update(p50=statistics.median(latencies), p95=percentile(latencies, 95),
                    p99=percentile(latencies, 99), max=max(latencies))
     return row
+
+
+class Collections:
+    """Python's cyclic-GC passes during a phase (each one holds the interpreter lock: every thread waits)."""
+
+    def __init__(self) -> None:
+        self.passes: list[tuple[int, float]] = []  # (generation, ms)
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, stage: str, info: dict[str, Any]) -> None:
+        if stage == "start":
+            self._started = time.perf_counter()
+        else:
+            self.passes.append((int(info["generation"]), (time.perf_counter() - self._started) * 1000))
+
+    def stop(self) -> str:
+        gc.callbacks.remove(self._callback)
+        parts = []
+        for generation in (0, 1, 2):
+            times = [ms for g, ms in self.passes if g == generation]
+            if times:
+                parts.append(f"gen{generation} {len(times)} x, {sum(times):.0f} ms, max {max(times):.0f}")
+        return "; ".join(parts) or "none"
 
 
 class WalSize:
@@ -289,6 +317,9 @@ def main() -> None:
         print(f"  {r['phase']:28s} "
               + "; ".join(f"{label} {mx:.0f}/{p99:.0f} ({n})" for mx, p99, n, label in r["holds"]))
     print("largest WAL file per phase (MB): " + "; ".join(f"{r['phase']} {r['wal_mb']:.1f}" for r in results))
+    print("garbage-collector passes per phase (generation: count, total, longest ms):")
+    for r in results:
+        print(f"  {r['phase']:28s} {r['gc']}")
     print("longest waits for the writer lock per phase (waiter: max / p99 ms, waits):")
     for r in results:
         print(f"  {r['phase']:28s} "

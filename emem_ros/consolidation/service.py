@@ -18,6 +18,7 @@ from emem_ros.consolidation.gists import ConsolidationReport, TimeWindowConsolid
 from emem_ros.consolidation.rows import RowMemo
 from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.consolidation.worker import ConsolidationWorker, WorkerClosedError
+from emem_ros.core.collector import CollectorPause
 from emem_ros.core.errors import InvalidInputError, StoreError
 from emem_ros.core.periodic import PeriodicThread
 
@@ -85,7 +86,9 @@ class ConsolidationService:
         self.archiver = Archiver(engine, self.cold)
         self.retention: Optional[Callable[[], Any]] = None
         """Run after archival by maintenance (the facade sets it to apply the retention policies)."""
-        self.worker = ConsolidationWorker(pause=engine.questions.writer_turn)  # questions go first
+        gc_pause = engine.config.consolidation_gc_pause
+        self.worker = ConsolidationWorker(pause=engine.questions.writer_turn,  # questions go first
+                                          collector=CollectorPause(gc_pause) if gc_pause > 0 else None)
         self.last: dict[str, Any] = {}
         self._timer: Optional[PeriodicThread] = None
         for number in self.book.snapshot().pending:  # abandoned at the last shutdown (or a crash)

@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from emem_ros.core.collector import CollectorPause
 from emem_ros.core.errors import EmemError
 
 log = logging.getLogger(__name__)
@@ -53,22 +54,29 @@ class _StopEvent(threading.Event):
     writer lock.
     """
 
-    def __init__(self, pause: Optional[Callable[[], None]]) -> None:
+    def __init__(self, pause: Optional[Callable[[], None]], collector: Optional[CollectorPause] = None) -> None:
         super().__init__()
         self._pause = pause
+        self._collector = collector
 
     def is_set(self) -> bool:
+        if self._collector is not None:
+            self._collector.check()
         if self._pause is not None and not super().is_set():
             self._pause()
         return super().is_set()
 
 
 class ConsolidationWorker:
-    def __init__(self, name: str = "emem-consolidation", pause: Optional[Callable[[], None]] = None) -> None:
+    """``collector``: automatic garbage collection is off while a job runs (see ``core/collector.py``)."""
+
+    def __init__(self, name: str = "emem-consolidation", pause: Optional[Callable[[], None]] = None,
+                 collector: Optional[CollectorPause] = None) -> None:
         self.name = name
+        self.collector = collector
         self._queue: deque[_Entry] = deque()
         self._cond = threading.Condition()
-        self._stop: threading.Event = _StopEvent(pause)
+        self._stop: threading.Event = _StopEvent(pause, collector)
         self._closed = False
         self._thread: Optional[threading.Thread] = None
         self._running: Optional[_Entry] = None
@@ -146,7 +154,11 @@ class ConsolidationWorker:
     def _execute(self, entry: _Entry) -> None:
         started = time.perf_counter()
         try:
-            result = entry.fn(self._stop)
+            if self.collector is None:
+                result = entry.fn(self._stop)
+            else:
+                with self.collector.paused():
+                    result = entry.fn(self._stop)
         except BaseException as exc:  # the thread must survive any job; the caller sees the error
             self.failed += 1
             self.last_error = exc

@@ -55,6 +55,9 @@ class MemoryConfig:
     """Seconds the robot must stay away from a place before a new place starts (ignores glances)."""
     consolidation_close_timeout: float = 10.0
     """Seconds close() lets queued consolidation finish; the rest resumes on the next open."""
+    consolidation_gc_pause: float = 30.0
+    """Seconds at most that Python's automatic garbage collection stays off while a consolidation job runs
+    (its full collections stall every thread 100+ ms; see core/collector.py). 0 = never turned off."""
     maintenance_interval: float = 0.0
     """Seconds between automatic maintenance runs on the consolidation worker (0 = only on call)."""
     llm_timeout: float = 120.0
@@ -130,7 +133,7 @@ class MemoryConfig:
             "query_cache_size", "query_cache_ttl", "llm_timeout",
         )
         non_negative = ("flush_interval", "index_save_interval", "archive_after_seconds", "recency_weight",
-                        "log_keep_segments")
+                        "log_keep_segments", "consolidation_gc_pause")
         for name in positive:
             value = getattr(self, name)
             if not is_finite_number(value) or value <= 0:
