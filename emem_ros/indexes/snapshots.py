@@ -61,8 +61,13 @@ def newest_snapshot(folder: Path, stem: str, ext: str) -> Optional[tuple[int, Pa
 
 def fsync_dir(folder: Path) -> None:
     """Make a rename or a new file in ``folder`` durable (best effort: not every file system allows it)."""
+    fsync_path(folder)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or folder by path, best effort (it may be gone, or the file system may refuse)."""
     try:
-        fd = os.open(str(folder), os.O_RDONLY)
+        fd = os.open(str(path), os.O_RDONLY)
     except OSError:
         return
     try:

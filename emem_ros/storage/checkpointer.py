@@ -27,13 +27,13 @@ and maintenance (40-60 MB with SQLite's own checkpoints).
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from emem_ros.indexes.snapshots import fsync_path
 from emem_ros.storage.writer_lock import WriterLock
 
 log = logging.getLogger(__name__)
@@ -142,18 +142,8 @@ class WalCheckpointer:
         return result
 
     def _sync_log(self) -> None:
-        if self._wal_path is None:
-            return
-        try:
-            fd = os.open(self._wal_path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        if self._wal_path is not None:
+            fsync_path(self._wal_path)
 
     def _passive(self) -> tuple[int, int, int]:
         assert self._conn is not None
