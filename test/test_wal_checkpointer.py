@@ -5,8 +5,9 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import threading
+import time
 
-from emem_ros.storage.checkpointer import WalCheckpointer
+from emem_ros.storage.checkpointer import BEHIND, IDLE_MOST, WalCheckpointer, next_wait
 
 
 def _fill(memory, n: int = 3000, every: int = 100) -> None:
@@ -106,3 +107,40 @@ def test_close_stops_the_thread(make_memory):
     memory.add("a red mug", 1.0, 2.0, 0.0)
     memory.close()
     assert not checkpointer.running
+
+
+def test_pace_backs_off_while_idle_and_returns_after_a_write():
+    interval, finish = 0.25, 8192
+    wait = interval
+    waits = []
+    for _ in range(6):
+        wait = next_wait(wait, interval, 0, False, finish, False)
+        waits.append(wait)
+    assert waits == [0.5, 1.0, 2.0, IDLE_MOST, IDLE_MOST, IDLE_MOST]
+    assert next_wait(IDLE_MOST, interval, 10, True, finish, False) == interval
+    # a long log that could not start over: soon again, idle or not; after a finish the usual pace
+    assert next_wait(IDLE_MOST, interval, finish + 1, False, finish, False) == BEHIND
+    assert next_wait(BEHIND, interval, finish + 1, True, finish, True) == interval
+
+
+def test_written_sees_other_connections_commits(make_memory):
+    memory = make_memory()
+    checkpointer = memory.store.checkpointer
+    checkpointer.checkpoint()  # opens its connection
+    checkpointer._written()
+    assert not checkpointer._written()
+    memory.add("a red mug", 1.0, 2.0, 0.0)
+    memory.flush()
+    assert checkpointer._written()
+    assert not checkpointer._written()
+
+
+def test_idle_memory_checkpoints_rarely(make_memory):
+    memory = make_memory()
+    checkpointer = memory.store.checkpointer
+    memory.add("a red mug", 1.0, 2.0, 0.0)
+    memory.flush()
+    time.sleep(0.6)  # the write's round has run
+    before = checkpointer.checkpoints
+    time.sleep(2.0)  # at the old fixed pace of 0.25 s: 8 rounds
+    assert checkpointer.checkpoints - before <= 3

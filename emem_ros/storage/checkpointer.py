@@ -56,6 +56,26 @@ MOST_FRAMES = 65536
 """Frames (256 MiB) past which the copy is finished under the lock even on a busy disk: the log is bounded."""
 BEHIND = 0.02
 """Seconds to the next round while the log is longer than ``finish_frames`` (it could not start over yet)."""
+IDLE_MOST = 4.0
+"""Longest wait between rounds while nothing is written: the pace doubles up to it, so an idle memory's
+thread wakes a few times a minute instead of four times a second (the first write after a quiet spell
+waits at most this long for its copy; the log just grows meanwhile)."""
+
+
+def next_wait(wait: float, interval: float, log_frames: int, grew: bool, finish_frames: int,
+              finished: bool) -> float:
+    """Seconds to the next round, from how the last one went.
+
+    Soon again while the log is long and nothing was finished; after a
+    finish (the log starts over unless a reader is on it) the usual pace,
+    so a reader cannot make us hold the lock often; while nothing was
+    appended, twice as long as last time, up to ``IDLE_MOST``.
+    """
+    if log_frames > finish_frames and not finished:
+        return BEHIND
+    if grew:
+        return interval
+    return min(max(wait, interval) * 2, max(IDLE_MOST, interval))
 
 
 class WalCheckpointer:
@@ -83,6 +103,7 @@ class WalCheckpointer:
         self.last: tuple[int, int, int] = (0, 0, 0)
         """(busy, frames in the log, frames copied) of the last checkpoint, as SQLite returns them."""
         self._thread: Optional[threading.Thread] = None
+        self._data_version = -1
 
     def start(self) -> "WalCheckpointer":
         self._thread = threading.Thread(target=self._run, name="emem-wal-checkpoint", daemon=True)
@@ -98,9 +119,20 @@ class WalCheckpointer:
             except sqlite3.Error as exc:  # the next round tries again; the log only grows meanwhile
                 log.debug("WAL checkpoint failed: %s", exc)
                 frames = 0
-            # soon again while the log is long and nothing was finished; after a finish (the log starts over
-            # unless a reader is on it) the usual pace, so a reader cannot make us hold the lock often
-            wait = BEHIND if frames > self.finish_frames and self.finished == finished else self.interval
+            wait = next_wait(wait, self.interval, frames, self._written(), self.finish_frames,
+                             self.finished != finished)
+
+    def _written(self) -> bool:
+        """Whether another connection committed since the last look (SQLite's ``data_version``)."""
+        with self._mutex:
+            if self._conn is None:
+                return True
+            try:
+                version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error:
+                return True
+            changed, self._data_version = version != self._data_version, version
+            return changed
 
     def checkpoint(self) -> tuple[int, int, int]:
         """Copy what the log holds back into the file now; finish under the writer lock when it is long."""
