@@ -12,7 +12,7 @@ in COMMIT, and a question waited behind them.
 So the writer connection never checkpoints (``wal_autocheckpoint=0``);
 this thread, with its own connection, copies the log back every
 ``interval`` seconds without the writer lock (PASSIVE: it never waits for
-readers or writers). The log starts over from its beginning only at a
+readers or writers), less often while nothing is written (``next_wait``). The log starts over from its beginning only at a
 write that begins with every frame copied, which a copy racing the writers
 rarely leaves; so when the log is longer than ``finish_frames`` and only a
 few frames (at most ``finish_gap``) are left to copy, the thread copies
