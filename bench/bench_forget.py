@@ -40,6 +40,8 @@ from typing import Any, Callable, Optional
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from load_threads import LoadThreads  # noqa: E402
+
 from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
 
@@ -106,7 +108,7 @@ def build(db: Path, n: int, clock: list[float]) -> Memory:
     return memory
 
 
-class Load:
+class Load(LoadThreads):
     """Ingest and questions beside the forget; records the slowest of each."""
 
     def __init__(self, memory: Memory, clock: list[float]) -> None:
@@ -117,16 +119,6 @@ class Load:
         self.question_times: list[float] = []
         self.flushes = self.questions = 0
         self.threads = [threading.Thread(target=self._ingest), threading.Thread(target=self._ask)]
-
-    def __enter__(self) -> "Load":
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join()
 
     def _ingest(self) -> None:
         k = 0
