@@ -35,6 +35,7 @@ from emem_ros.core.types import Observation, Position
 from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine import Engine, EpisodeHook
 from emem_ros.forgetting import ForgetReport, Forgetter, make_selector
+from emem_ros.forgetting.audit import ForgetEntry, entries
 from emem_ros.forgetting.retention import apply_retention, has_policies
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.memfs import MemFS
@@ -375,10 +376,8 @@ class Memory:
             self._forget_memos()
         return report
 
-    def forget_log(self, limit: int = 0) -> list[Any]:
+    def forget_log(self, limit: int = 0) -> list[ForgetEntry]:
         """The audit trail: every forget and retention run (never what was forgotten)."""
-        from emem_ros.forgetting.audit import entries
-
         return entries(self.store.reader(), limit)
 
     def _forget_memos(self) -> None:

@@ -207,7 +207,7 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence", masks: dict[str, np.ndarra
     for layer in layers:
         for obs in evidence.last_obs[masks[layer]][:SAMPLE_PER_LAYER].tolist():
             sample[int(obs)] = layer
-    seen: dict[str, list[tuple[bool, bool, Any]]] = {layer: [] for layer in layers}
+    seen: dict[str, list[tuple[bool, bool, object]]] = {layer: [] for layer in layers}
     for obs, (source, ray, view_range) in sorted(env.obs_kinds.get(env.store.reader(), list(sample)).items()):
         seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
     kinds = {}
