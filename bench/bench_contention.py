@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from load_threads import LoadThreads  # noqa: E402
 from robot_streams import CachedProvider, make_stream  # noqa: E402
 
 CALLS: list[tuple[str, dict[str, Any]]] = [
@@ -71,7 +72,7 @@ def open_memory(folder: Path, provider, **overrides: Any) -> Any:
     return Memory(config=config, embedding_provider=provider)
 
 
-class Writers:
+class Writers(LoadThreads):
     """Three threads adding the stream's rows (stamped by the memory's clock) until told to stop."""
 
     def __init__(self, memory, rows: list[tuple], threads: int = 3) -> None:
@@ -94,16 +95,6 @@ class Writers:
             if n % 256 == 0:
                 self.added[index] = n
         self.added[index] = n
-
-    def __enter__(self) -> "Writers":
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join()
 
 
 class Maintenance:

@@ -35,9 +35,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from load_threads import LoadThreads  # noqa: E402
 
 from emem_ros import Memory, MemoryConfig  # noqa: E402
 from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
@@ -45,6 +48,42 @@ from emem_ros.embeddings import HashingEmbeddingProvider  # noqa: E402
 LABELS = 20_000
 CASES = ("one", "consecutive", "spread", "words")
 CHUNK = 20_000
+
+Selector = tuple[str, Optional[str], Callable[[list[tuple[Any, ...]]], dict[str, Any]]]
+"""A case's label, the SQL picking its rows (None: none needed) and the forget's criteria from those rows."""
+
+
+def _by_ids(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    return {"ids": [f"obs-{r[0]}" for r in rows]}
+
+
+SELECTORS: dict[str, dict[str, Selector]] = {
+    # A memory built here (``build``); the cases run in this order.
+    "built": {
+        "one": ("1 by id", "SELECT id FROM observations WHERE id % 97 = 3 LIMIT 1", _by_ids),
+        "words": ("~1k by match 'red jacket'", None, lambda rows: {"match": "red jacket"}),
+        "consecutive": ("10k consecutive by ids", "SELECT id FROM observations WHERE layer='detections'"
+                        " ORDER BY id LIMIT 10000 OFFSET 1000", _by_ids),
+        "spread": ("10k spread by ids (id % 9 = 4)",
+                   "SELECT id FROM observations WHERE id % 9 = 4 ORDER BY id LIMIT 10000", _by_ids),
+    },
+    # A copy of a bench_tools memory (``--reuse``); the cases run in this order.
+    "reused": {
+        "one": ("1 by id", "SELECT id FROM observations WHERE id % 97 = 3 AND text_id IS NOT NULL LIMIT 1",
+                _by_ids),
+        # 10,000 consecutive observations (a stretch of the robot's day; ~35 gists re-summarised).
+        "consecutive": ("10k consecutive by ids", "SELECT id FROM observations ORDER BY id LIMIT 10000 OFFSET 500000",
+                        _by_ids),
+        # 10,000 spread over the whole memory: thousands of gists touched, each re-summarised.
+        "spread": ("10k spread by ids (id % 97 = 5)",
+                   "SELECT id FROM observations WHERE id % 97 = 5 ORDER BY id LIMIT 10000", _by_ids),
+        # ~1,000 by words: one common label within a time window holding about 1,000 of its sightings.
+        "words": ("~1k by words 'drawer' in a time window",
+                  "SELECT o.stamp FROM observations o JOIN texts t ON t.id = o.text_id WHERE t.text = 'drawer'"
+                  " ORDER BY o.stamp LIMIT 1000 OFFSET 10000",
+                  lambda rows: {"match": "drawer", "since": rows[0][0], "until": rows[-1][0]}),
+    },
+}
 
 
 def build(db: Path, n: int, clock: list[float]) -> Memory:
@@ -69,7 +108,7 @@ def build(db: Path, n: int, clock: list[float]) -> Memory:
     return memory
 
 
-class Load:
+class Load(LoadThreads):
     """Ingest and questions beside the forget; records the slowest of each."""
 
     def __init__(self, memory: Memory, clock: list[float]) -> None:
@@ -80,16 +119,6 @@ class Load:
         self.question_times: list[float] = []
         self.flushes = self.questions = 0
         self.threads = [threading.Thread(target=self._ingest), threading.Thread(target=self._ask)]
-
-    def __enter__(self) -> "Load":
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join()
 
     def _ingest(self) -> None:
         k = 0
@@ -145,6 +174,18 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] * 1000 if ordered else 0.0
 
 
+def run_cases(memory: Memory, clock: list[float], memory_kind: str, cases: list[str]) -> None:
+    """The chosen cases of ``SELECTORS[memory_kind]``, one after the other on the same memory."""
+    reader = memory.store.reader()
+    for case, (label, sql, criteria) in SELECTORS[memory_kind].items():
+        if case not in cases:
+            continue
+        rows = reader.execute(sql).fetchall() if sql is not None else []
+        if sql is not None and not rows:
+            raise SystemExit(f"{case}: no observations to forget ({sql})")
+        run_case(memory, clock, label, **criteria(rows))
+
+
 def reuse(source: Path, args_cases: list[str]) -> None:
     """Forget from a copy of a bench_tools memory (an older schema opens with its migration)."""
     print(f"load before: {Path('/proc/loadavg').read_text().strip()}; cpus {os.cpu_count()}", flush=True)
@@ -164,28 +205,7 @@ def reuse(source: Path, args_cases: list[str]) -> None:
         print(f"copied {source} in {copied:.1f} s, opened (with migration) in {time.perf_counter() - began:.1f} s;"
               f" {total} observations, {len(memory.store.places)} places", flush=True)
         try:
-            cases = set(args_cases)
-            if "one" in cases:
-                one = reader.execute("SELECT id FROM observations WHERE id % 97 = 3 AND text_id IS NOT NULL"
-                                     " LIMIT 1").fetchone()[0]
-                run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
-            if "consecutive" in cases:
-                # 10,000 consecutive observations (a stretch of the robot's day; ~35 gists re-summarised).
-                ids = [f"obs-{r[0]}" for r in reader.execute(
-                    "SELECT id FROM observations ORDER BY id LIMIT 10000 OFFSET 500000")]
-                run_case(memory, clock, "10k consecutive by ids", ids=ids)
-            if "spread" in cases:
-                # 10,000 spread over the whole memory: thousands of gists touched, each re-summarised.
-                ids = [f"obs-{r[0]}" for r in reader.execute(
-                    "SELECT id FROM observations WHERE id % 97 = 5 ORDER BY id LIMIT 10000")]
-                run_case(memory, clock, "10k spread by ids (id % 97 = 5)", ids=ids)
-            if "words" in cases:
-                # ~1,000 by words: one common label within a time window holding about 1,000 of its sightings.
-                stamps = [r[0] for r in reader.execute(
-                    "SELECT o.stamp FROM observations o JOIN texts t ON t.id = o.text_id WHERE t.text = 'drawer'"
-                    " ORDER BY o.stamp LIMIT 1000 OFFSET 10000")]
-                run_case(memory, clock, "~1k by words 'drawer' in a time window", match="drawer",
-                         since=stamps[0], until=stamps[-1])
+            run_cases(memory, clock, "reused", args_cases)
         finally:
             memory.close()
     print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
@@ -201,7 +221,7 @@ def main() -> None:
                         help="a memory folder built by bench_tools.py --reuse (memory.db): copied, then forget "
                              "1 and 10,000 observations by id from the copy (the folder is never modified)")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES,
-                        help="which forgets to run, in this order of the list of choices")
+                        help="which forgets to run (in SELECTORS' order for the memory)")
     args = parser.parse_args()
     if args.reuse:
         reuse(Path(args.reuse), args.cases)
@@ -239,21 +259,7 @@ def main() -> None:
                                                     hnsw_max_elements=LABELS * 2),
                                 embedding_provider=HashingEmbeddingProvider(), get_current_time=lambda: clock[0])
         try:
-            reader = memory.store.reader()
-            cases = set(args.cases)
-            if "one" in cases:
-                one = reader.execute("SELECT id FROM observations WHERE id % 97 = 3 LIMIT 1").fetchone()[0]
-                run_case(memory, clock, "1 by id", ids=[f"obs-{one}"])
-            if "words" in cases:
-                run_case(memory, clock, "~1k by match 'red jacket'", match="red jacket")
-            if "consecutive" in cases:
-                ids = [f"obs-{r[0]}" for r in reader.execute(
-                    "SELECT id FROM observations WHERE layer='detections' ORDER BY id LIMIT 10000 OFFSET 1000")]
-                run_case(memory, clock, "10k consecutive by ids", ids=ids)
-            if "spread" in cases:
-                ids = [f"obs-{r[0]}" for r in reader.execute(
-                    "SELECT id FROM observations WHERE id % 9 = 4 ORDER BY id LIMIT 10000")]
-                run_case(memory, clock, "10k spread by ids (id % 9 = 4)", ids=ids)
+            run_cases(memory, clock, "built", args.cases)
         finally:
             memory.close()
     print(f"load after: {Path('/proc/loadavg').read_text().strip() if Path('/proc/loadavg').exists() else '?'}")

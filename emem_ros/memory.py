@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from emem_ros.agent.tools import AGENT_TOOLS, AgentEnv
 from emem_ros.agent.transfer import ExportReport, ImportReport, export_memory, import_file
 from emem_ros.consolidation.archival import ArchiveReport
 from emem_ros.consolidation.entities import EntityReport
+from emem_ros.consolidation.episodes import EpisodeReport
 from emem_ros.consolidation.gists import ConsolidationReport
 from emem_ros.consolidation.service import ConsolidationService, MaintenanceReport
 from emem_ros.core.config import MemoryConfig
@@ -34,6 +35,7 @@ from emem_ros.core.types import Observation, Position
 from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine import Engine, EpisodeHook
 from emem_ros.forgetting import ForgetReport, Forgetter, make_selector
+from emem_ros.forgetting.audit import ForgetEntry, entries
 from emem_ros.forgetting.retention import apply_retention, has_policies
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.memfs import MemFS
@@ -44,6 +46,15 @@ from emem_ros.tools.query_cache import QueryCache
 from emem_ros.tools.registry import ToolSpec
 from emem_ros.tools.spec import ToolDef
 from emem_ros.tools.specs import TOOL_SPECS
+
+Report = TypeVar("Report")
+
+
+def _report(result: object, kind: type[Report]) -> Report:
+    """A worker job's result as the report its facade method promises (the worker hands results back untyped)."""
+    if not isinstance(result, kind):
+        raise TypeError(f"the consolidation worker returned a {type(result).__name__}, not a {kind.__name__}")
+    return result
 
 
 def default_embedding_provider() -> EmbeddingProvider:
@@ -245,7 +256,8 @@ class Memory:
         """Run a tool call (arguments: dict or JSON text); errors come back as text, never raised."""
         return self.tools.dispatch(tool_name, arguments)
 
-    def get_tools_for_registration(self, include_actions: bool = True) -> list[tuple[Callable[..., str], dict]]:
+    def get_tools_for_registration(self,
+                                   include_actions: bool = True) -> list[tuple[Callable[..., str], dict[str, Any]]]:
         return self.tools.for_registration(include_actions)
 
     def register_tool(self, spec: ToolSpec | ToolDef, replace: bool = False) -> None:
@@ -259,28 +271,29 @@ class Memory:
     def maintenance(self, timeout: Optional[float] = None) -> MaintenanceReport:
         """Extract entities, consolidate the time window, archive; on the worker, waiting for it."""
         self.engine.check_open()
-        return self._consolidation.run("maintenance", timeout)
+        return _report(self._consolidation.run("maintenance", timeout), MaintenanceReport)
 
     def consolidate_time_window(self, timeout: Optional[float] = None) -> ConsolidationReport:
         """Gists from short-term observations older than ``consolidation_window`` (outside active episodes)."""
         self.engine.check_open()
-        return self._consolidation.run("time_window", timeout)
+        return _report(self._consolidation.run("time_window", timeout), ConsolidationReport)
 
     def extract_entities(self, timeout: Optional[float] = None, final: bool = False) -> EntityReport:
         """Entities from observations written since the last run; ``final`` also closes the visit in progress."""
         self.engine.check_open()
-        return self._consolidation.run("entities", timeout, **({"final": True} if final else {}))
+        options = {"final": True} if final else {}
+        return _report(self._consolidation.run("entities", timeout, **options), EntityReport)
 
     def archive(self, timeout: Optional[float] = None) -> ArchiveReport:
         """Move long-term observations older than ``archive_after_seconds`` (since promotion) to the cold store."""
         self.engine.check_open()
-        return self._consolidation.run("archive", timeout)
+        return _report(self._consolidation.run("archive", timeout), ArchiveReport)
 
-    def submit_maintenance(self) -> Future:
+    def submit_maintenance(self) -> Future[MaintenanceReport]:
         self.engine.check_open()
         return self._consolidation.submit("maintenance")
 
-    def submit_job(self, job: str) -> Future:
+    def submit_job(self, job: str) -> Future[Any]:
         """Queue one job ('maintenance', 'entities', 'time_window', 'archive') and return at once.
 
         For timers that schedule the steps separately (a ROS node's
@@ -290,7 +303,7 @@ class Memory:
         self.engine.check_open()
         return self._consolidation.submit(job)
 
-    def consolidate_episode(self, episode_id: str) -> Future:
+    def consolidate_episode(self, episode_id: str) -> Future[EpisodeReport]:
         """Queue (again) the consolidation of an ended episode; a Future of its EpisodeReport."""
         self.engine.check_open()
         return self._consolidation.submit_episode(self.engine.episode_number(episode_id))
@@ -354,7 +367,7 @@ class Memory:
         worker = self._consolidation.worker
         if worker.in_worker():
             return job(None)
-        return worker.submit("forget", job).result(timeout)
+        return _report(worker.submit("forget", job).result(timeout), ForgetReport)
 
     def _apply_retention(self) -> Optional[ForgetReport]:
         """On the consolidation worker (maintenance): forget what the retention policies say is too old."""
@@ -363,10 +376,8 @@ class Memory:
             self._forget_memos()
         return report
 
-    def forget_log(self, limit: int = 0) -> list[Any]:
+    def forget_log(self, limit: int = 0) -> list[ForgetEntry]:
         """The audit trail: every forget and retention run (never what was forgotten)."""
-        from emem_ros.forgetting.audit import entries
-
         return entries(self.store.reader(), limit)
 
     def _forget_memos(self) -> None:

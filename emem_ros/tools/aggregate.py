@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from emem_ros.core.types import NodeKind, Position, SourceType, make_id
 from emem_ros.storage.place_cache import PlaceArrays, rows_within
@@ -78,7 +78,7 @@ def within(places: Sequence[Place], center: Position, radius: float, three_d: bo
 _PLACE_COLUMNS = "id, text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_obs_id"
 
 
-def _place(row: Sequence) -> Place:
+def _place(row: Sequence[Any]) -> Place:
     pid, tid, layer, count, sx, sy, sz, first, last, last_obs = row
     return Place(pid, tid, "", layer, count, (sx / count, sy / count, sz / count), first, last, last_obs)
 
@@ -89,7 +89,7 @@ def places_by_id(store: MemoryStore, ids: Sequence[int], layer: Optional[str] = 
     ids = list(ids)
     for chunk in chunked(ids):
         sql = f"SELECT {_PLACE_COLUMNS} FROM places WHERE id IN ({marks(len(chunk))})"
-        params: list = list(chunk)
+        params: list[Any] = list(chunk)
         if layer:
             sql += " AND layer = ?"
             params.append(layer)
@@ -113,14 +113,14 @@ def places_of_texts_near(store: MemoryStore, text_ids: Sequence[int], center: Po
 
 
 def _place_rows_near(store: MemoryStore, text_ids: Sequence[int], center: Position, radius: float,
-                     layers: Sequence[str], three_d: bool = False) -> list[tuple]:
+                     layers: Sequence[str], three_d: bool = False) -> list[tuple[Any, ...]]:
     if not text_ids or not layers:
         return []
     return store.place_cache.near(text_ids, center, radius, layers, three_d).rows()
 
 
 def _place_rows_near_sql(store: MemoryStore, text_ids: Sequence[int], center: Position, radius: float,
-                         layers: Sequence[str], three_d: bool = False) -> list[tuple]:
+                         layers: Sequence[str], three_d: bool = False) -> list[tuple[Any, ...]]:
     """``_place_rows_near`` straight from SQLite (the cache's reference; kept for tests and checks)."""
     if not text_ids or not layers:
         return []
@@ -130,11 +130,11 @@ def _place_rows_near_sql(store: MemoryStore, text_ids: Sequence[int], center: Po
     y0, y1 = math.floor((cy - radius) / cell), math.floor((cy + radius) / cell)
     layer_marks = marks(len(layers))
     where = f"layer IN ({layer_marks}) AND cx BETWEEN ? AND ? AND cy BETWEEN ? AND ?"
-    bounds: list = [*layers, x0, x1, y0, y1]
+    bounds: list[Any] = [*layers, x0, x1, y0, y1]
     if three_d:
         where += " AND cz BETWEEN ? AND ?"
         bounds += [math.floor((cz - radius) / cell), math.floor((cz + radius) / cell)]
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
     ids = list(text_ids)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
@@ -155,7 +155,7 @@ def place_arrays_near(store: MemoryStore, text_ids: Sequence[int], center: Posit
     return store.place_cache.near(text_ids, center, radius, layers, three_d)
 
 
-def place_of_row(row: Sequence) -> Place:
+def place_of_row(row: Sequence[Any]) -> Place:
     """A raw place row as a Place (its text left empty: the tools fetch texts once, for the hits kept)."""
     return _place(row)
 
@@ -291,7 +291,7 @@ class Aggregator:
                 return TextAgg(text_id, 1, False, None, last)
         return (lo, hi)
 
-    def _scan_sql(self, text_id: int) -> tuple[str, list]:
+    def _scan_sql(self, text_id: int) -> tuple[str, list[Any]]:
         where, params = self._where, list(self._params)
         if self._catalog.has_body_rows(text_id):
             where += " AND o.source_type != ?"
@@ -314,7 +314,7 @@ class Aggregator:
         conn = self._store.reader()
         for start in range(0, len(scans), 60):
             parts: list[str] = []
-            params: list = []
+            params: list[Any] = []
             for text_id, lo, hi in scans[start:start + 60]:
                 where, extra = self._scan_sql(text_id)
                 parts.append(
@@ -327,7 +327,7 @@ class Aggregator:
         return out
 
     @staticmethod
-    def _agg_of(text_id: int, row: Sequence, count: bool) -> Optional[TextAgg]:
+    def _agg_of(text_id: int, row: Sequence[Any], count: bool) -> Optional[TextAgg]:
         n, first, last = row
         if not n:
             return None

@@ -429,7 +429,7 @@ def _seek_values(env: ToolContext, levels: LayerLevels, direction: str, threshol
         out.back_to, out.rows_read = float(floor_stamp), SCAN_LIMIT
     newest = "o.stamp DESC, o.id DESC"
 
-    def one(condition: str, values: list, order: str = newest) -> Optional[_Row]:
+    def one(condition: str, values: list[float], order: str = newest) -> Optional[_Row]:
         rows = _rows(env, f"{base} AND {condition}", [*params, *values], order, 1)
         return rows[0] if rows else None
 
@@ -465,7 +465,7 @@ def _seek_values(env: ToolContext, levels: LayerLevels, direction: str, threshol
 
 
 def _scan_texts(env: ToolContext, levels: LayerLevels, past: Callable[[float], bool], direction: str,
-                window: tuple[str, list], count: int, texts: dict[int, str]) -> _Search:
+                window: tuple[str, list[object]], count: int, texts: dict[int, str]) -> _Search:
     """Crossings from the numbers in the texts: the layer's rows read newest first, in chunks, in Python."""
     base, params = window
     out = _Search()

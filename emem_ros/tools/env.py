@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -21,13 +21,16 @@ from emem_ros.tools.reads import ToolReads
 from emem_ros.tools.results import fmt_time
 from emem_ros.tools.vector_memo import TextVectors
 
+if TYPE_CHECKING:  # pragma: no cover
+    from emem_ros.memfs import MemFS
+
 MAX_RESULTS = 100
 
 
 class ToolEnv:
     """A robot's memory behind the tool runners (``reads.ToolContext``); ``reads`` are its ``ToolReads``."""
 
-    memfs: Optional[Callable[[], Any]] = None
+    memfs: Optional[Callable[[], MemFS]] = None
     """The memory's MemFS (``emem_ros/memfs``), when the facade offers one: the fs_* tools, agent sessions."""
     reads: ToolReads
     """``sqlite_reads.SqliteReads`` of this env, set by its builder (that module imports the runners' modules)."""

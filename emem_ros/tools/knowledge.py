@@ -140,7 +140,7 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
     return hits[:n]
 
 
-def _by_meaning(env: ToolEnv, name: str, where: str, params: list, n: int) -> list[tuple[Entity, float]]:
+def _by_meaning(env: ToolEnv, name: str, where: str, params: list[object], n: int) -> list[tuple[Entity, float]]:
     index = env.store.vectors["entities"]
     if not len(index):
         return []

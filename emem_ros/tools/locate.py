@@ -207,7 +207,7 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence", masks: dict[str, np.ndarra
     for layer in layers:
         for obs in evidence.last_obs[masks[layer]][:SAMPLE_PER_LAYER].tolist():
             sample[int(obs)] = layer
-    seen: dict[str, list[tuple[bool, bool, Any]]] = {layer: [] for layer in layers}
+    seen: dict[str, list[tuple[bool, bool, object]]] = {layer: [] for layer in layers}
     for obs, (source, ray, view_range) in sorted(env.obs_kinds.get(env.store.reader(), list(sample)).items()):
         seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
     kinds = {}
@@ -317,7 +317,8 @@ def _lookup(values: dict[int, float], keys: np.ndarray) -> np.ndarray:
     known = np.fromiter(values, dtype=np.int64, count=len(values))
     order = np.argsort(known)
     weights = np.fromiter(values.values(), dtype=np.float64, count=len(values))[order]
-    return weights[np.searchsorted(known[order], keys)]
+    looked_up: np.ndarray = weights[np.searchsorted(known[order], keys)]
+    return looked_up
 
 
 def _recency(text_id: np.ndarray, last: np.ndarray, halflife: float) -> np.ndarray:
@@ -326,7 +327,8 @@ def _recency(text_id: np.ndarray, last: np.ndarray, halflife: float) -> np.ndarr
     index = index.reshape(-1)
     newest = np.full(len(texts), -np.inf)
     np.maximum.at(newest, index, last)
-    return np.power(0.5, (newest[index] - last) / halflife)
+    weights: np.ndarray = np.power(0.5, (newest[index] - last) / halflife)
+    return weights
 
 
 def _evidence(env: ToolEnv, cluster: _Evidence, names: dict[int, str], score: dict[int, float]) -> list[Hit]:

@@ -78,8 +78,8 @@ class ObservationRefs(ObservationMemo[Ref]):
     COLUMNS = frozenset({"episode_id", "tier"})
 
 
-Kind = tuple[Any, Any, Any]
-"""(json position_source, json type of ray, json view_range), as SQLite returns them."""
+Kind = tuple[object, Optional[str], object]
+"""(json position_source, json type of ray, json view_range), as SQLite returns them (any JSON value)."""
 
 
 class ObservationKinds(ObservationMemo[Kind]):

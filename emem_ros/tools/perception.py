@@ -20,6 +20,7 @@ from emem_ros.tools.clusters import KEY_GAP, SAME_OBJECT, SMALL, Group, group_pl
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.filters import area as make_area
+from emem_ros.tools.obs_memo import Ref
 from emem_ros.tools.ranking import fuse, gist_hit, text_hits_by_key
 from emem_ros.tools.reads import ToolContext
 from emem_ros.tools.results import Hit, SearchResult, quoted
@@ -35,6 +36,8 @@ NEAREST_FIRST = 64
 MAX_NEAREST = 4096
 SEEK_TEXTS = 256
 """A filter allowing at most this many texts is answered by seeking each text's nearby places."""
+_Seen = tuple[int, float, str, Optional[Position], Optional[int], float]
+"""A text's sighting in a window: (observation id, stamp, layer, position, episode id, first stamp seen)."""
 
 
 # ---------------------------------------------------------------------- semantic search
@@ -137,7 +140,7 @@ class _Spot:
 
 
 def _rank_many(places: PlaceArrays, center: Position, three_d: bool,
-               bounds: bool = True) -> tuple[list[tuple], list[_Spot]]:
+               bounds: bool = True) -> tuple[list[tuple[float, float, int]], list[_Spot]]:
     """``group_places`` + the (distance, -last, index) ranking of ``nearby_hits``, on arrays.
 
     Hundreds of places around a busy spot: the group statistics come from
@@ -234,10 +237,11 @@ def _first_seen_rank(text_id: np.ndarray, layer: np.ndarray, layer_list: Optiona
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    return rank[inverse.reshape(-1)]
+    ranks: np.ndarray = rank[inverse.reshape(-1)]
+    return ranks
 
 
-def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, tuple]:
+def _representatives(env: ToolEnv, obs_ids: list[int]) -> dict[int, Ref]:
     """(episode_id, tier) of the observations a batch of hits will show, in one query."""
     if not obs_ids:
         return {}
@@ -316,7 +320,7 @@ def _few_texts(env: ToolEnv, f: Filters) -> Optional[list[int]]:
 
 
 def _group_hit(env: ToolEnv, g: _Spot, f: Filters, text: str, distance: float,
-               reps: Optional[dict[int, tuple]] = None) -> Optional[Hit]:
+               reps: Optional[dict[int, Ref]] = None) -> Optional[Hit]:
     """One thing seen around one spot; a time window that cuts its places is counted in SQL."""
     count, exact, first, last = g.count, True, g.first, g.last
     obs_id = g.newest_obs_id
@@ -422,7 +426,7 @@ def timeline(env: ToolEnv, f: Filters, n: int, order: str = "newest", gists: boo
     return hits[:n]
 
 
-def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tuple]:
+def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, _Seen]:
     """Read the window newest-first (or oldest-first) in chunks until n distinct texts are found.
 
     The pages carry only (id, text, stamp): most rows read repeat a text already found, so the
@@ -461,7 +465,7 @@ def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tu
             complete = True
             break
         cursor = (rows[-1][2], rows[-1][0])
-    groups: dict[int, tuple] = {}
+    groups: dict[int, _Seen] = {}
     if firsts:
         slots = marks(len(firsts))
         details = {r[0]: r[1:] for r in conn.execute(
@@ -478,7 +482,7 @@ def _scan_window(env: ToolEnv, f: Filters, n: int, newest: bool) -> dict[int, tu
     return groups
 
 
-def _complete_from_catalog(env: ToolEnv, f: Filters, n: int, newest: bool, groups: dict[int, tuple]) -> None:
+def _complete_from_catalog(env: ToolEnv, f: Filters, n: int, newest: bool, groups: dict[int, _Seen]) -> None:
     """A window flooded by one repeated text: find the other texts through the catalog instead."""
     agg = Aggregator(env.store, env.catalog, Filters(layer=f.layer, after=f.after, before=f.before,
                                                      center=f.center, radius=f.radius))

@@ -157,7 +157,8 @@ def explained(evidence: PlaceLike, placed: Sequence[Placement], view_range_of: C
     radius = np.array([p.radius for p in placed])
     reach = _per_layer(evidence.layer, view_range_of)
     d2 = (evidence.xyz[:, None, 0] - spots[None, :, 0]) ** 2 + (evidence.xyz[:, None, 1] - spots[None, :, 1]) ** 2
-    return (d2 <= (reach[:, None] + radius[None, :]) ** 2).any(axis=1)
+    hinted: np.ndarray = (d2 <= (reach[:, None] + radius[None, :]) ** 2).any(axis=1)
+    return hinted
 
 
 def _per_layer(layer: np.ndarray, value_of: Callable[[str], float]) -> np.ndarray:
@@ -177,7 +178,8 @@ def points_at(rays: RaySet, placed: Placement) -> np.ndarray:
     distance = np.hypot(dx, dy)
     off = np.abs(wrap_array(np.arctan2(dy, dx) - rays.azimuth))
     slack = np.arctan2(placed.radius, np.maximum(distance, 1e-6))
-    return (off <= OUTLIER_Z * rays.sigma + slack) & (distance <= rays.view_range * 1.1 + placed.radius)
+    pointing: np.ndarray = (off <= OUTLIER_Z * rays.sigma + slack) & (distance <= rays.view_range * 1.1 + placed.radius)
+    return pointing
 
 
 def finish(placements: Sequence[Placement]) -> None:

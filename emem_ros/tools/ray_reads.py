@@ -23,13 +23,14 @@ import json
 import math
 import sqlite3
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TypeVar
 
 import numpy as np
 
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, MAX_SIGMA, RaySet
 from emem_ros.storage.sqlutil import chunked, marks
 
+T = TypeVar("T")
 MAX_RAYS_PER_TEXT = 1500
 """Newest rays read per text (about 25 minutes of a 1 Hz detection stream)."""
 
@@ -45,6 +46,8 @@ class TextRays:
 
 
 _COLUMNS = "id, stamp, layer, text_id, json_extract(metadata, '$.ray'), json_extract(metadata, '$.view_range')"
+RayRow = tuple[int, float, str, int, object, object]
+"""One row of ``_COLUMNS``; the ray and the view range are whatever the metadata held (JSON text for an array)."""
 
 
 def read_rays(conn: sqlite3.Connection, text_ids: Sequence[int], layers: Sequence[str], after: Optional[float],
@@ -55,7 +58,7 @@ def read_rays(conn: sqlite3.Connection, text_ids: Sequence[int], layers: Sequenc
     slots = marks(len(layers))
     sql = (f"SELECT {_COLUMNS} FROM observations WHERE text_id = ? AND stamp >= ? AND stamp <= ?"
            f" AND layer IN ({slots}) AND metadata IS NOT NULL ORDER BY stamp DESC LIMIT ?")
-    rows: list[tuple] = []
+    rows: list[RayRow] = []
     capped = []
     for text_id in text_ids:
         found = conn.execute(sql, (text_id, lo, hi, *layers, per_text + 1)).fetchall()
@@ -68,7 +71,7 @@ def read_rays(conn: sqlite3.Connection, text_ids: Sequence[int], layers: Sequenc
 
 def read_place_rays(conn: sqlite3.Connection, observation_ids: Sequence[int]) -> TextRays:
     """The rays of these observations (places' newest sightings), by id."""
-    rows: list[tuple] = []
+    rows: list[RayRow] = []
     ids = list(observation_ids)
     for chunk in chunked(ids):
         rows += conn.execute(f"SELECT {_COLUMNS} FROM observations WHERE id IN ({marks(len(chunk))})",
@@ -76,10 +79,15 @@ def read_place_rays(conn: sqlite3.Connection, observation_ids: Sequence[int]) ->
     return _decode(rows, [])
 
 
-def _decode(found: list[tuple], capped: list[int]) -> TextRays:
-    ids, stamps, layer_of, texts, rays, ranges = [], [], [], [], [], []
+def _decode(found: list[RayRow], capped: list[int]) -> TextRays:
+    ids: list[int] = []
+    stamps: list[float] = []
+    layer_of: list[str] = []
+    texts: list[int] = []
+    rays: list[str] = []
+    ranges: list[object] = []
     for obs_id, stamp, layer, text_id, ray, view_range in found:
-        if ray is None:
+        if not isinstance(ray, str):  # no ray, or a bare number: nothing to decode
             continue
         ids.append(obs_id)
         stamps.append(stamp)
@@ -94,12 +102,12 @@ def _decode(found: list[tuple], capped: list[int]) -> TextRays:
         array = np.asarray(values, dtype=np.float64)
     except (ValueError, TypeError):  # one malformed ray: decode them one by one
         array, keep = _one_by_one(rays)
-        ids, stamps, layer_of, texts, ranges = ([v for v, k in zip(col, keep) if k]
-                                                for col in (ids, stamps, layer_of, texts, ranges))
+        ids, stamps, layer_of, texts, ranges = (_kept(ids, keep), _kept(stamps, keep), _kept(layer_of, keep),
+                                                _kept(texts, keep), _kept(ranges, keep))
     if array.ndim != 2 or array.shape[1] != 6:
         array, keep = _one_by_one(rays)
-        ids, stamps, layer_of, texts, ranges = ([v for v, k in zip(col, keep) if k]
-                                                for col in (ids, stamps, layer_of, texts, ranges))
+        ids, stamps, layer_of, texts, ranges = (_kept(ids, keep), _kept(stamps, keep), _kept(layer_of, keep),
+                                                _kept(texts, keep), _kept(ranges, keep))
     view = np.asarray([r if isinstance(r, (int, float)) and r > 0 else DEFAULT_VIEW_RANGE for r in ranges],
                       dtype=np.float64)
     ok = np.isfinite(array).all(axis=1) & (array[:, 5] > 0) & (array[:, 5] <= MAX_SIGMA) & np.isfinite(view)
@@ -107,6 +115,10 @@ def _decode(found: list[tuple], capped: list[int]) -> TextRays:
     ray_set = RaySet(array[:, 0], array[:, 1], array[:, 2], array[:, 3], array[:, 4], array[:, 5], view,
                      np.asarray(stamps, np.float64), np.ones(n), np.asarray(ids, np.int64)).take(ok)
     return TextRays(ray_set, np.asarray(texts, np.int64)[ok], np.asarray(layer_of, object)[ok], capped)
+
+
+def _kept(column: list[T], keep: list[bool]) -> list[T]:
+    return [v for v, k in zip(column, keep) if k]
 
 
 def _one_by_one(rays: list[str]) -> tuple[np.ndarray, list[bool]]:

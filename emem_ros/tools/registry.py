@@ -57,7 +57,8 @@ class ToolSpec:
 
     @property
     def properties(self) -> dict[str, Any]:
-        return self.parameters.get("properties", {})
+        properties: dict[str, Any] = self.parameters.get("properties", {})
+        return properties
 
     @property
     def required(self) -> list[str]:

@@ -66,7 +66,7 @@ def _aggregate(store: MemoryStore, places: PlaceArrays, text_ids: list[int], lo:
             " WHERE text_id = ? AND stamp BETWEEN ? AND ? AND x IS NOT NULL AND y IS NOT NULL"
             f" AND source_type != ?{extra} ORDER BY stamp DESC LIMIT ?)")
         params += [wanted, start, end, _BODY, *([layer] if layer else []), per_text]
-    rows: list[tuple] = []
+    rows: list[tuple[int, str, float, float, float, float, int]] = []  # text_id, layer, x, y, z, stamp, id
     conn = store.reader()
     for start in range(0, len(parts), 50):
         per = len(params) // len(parts)
