@@ -56,10 +56,12 @@ static void unite(Py_ssize_t *parent, Py_ssize_t a, Py_ssize_t b) {
 }
 
 static uint64_t hash_cell(const int64_t *c) {
-    uint64_t h = (uint64_t)c[0] * 0x9E3779B97F4A7C15ULL;
-    h ^= (uint64_t)c[1] * 0xC2B2AE3D27D4EB4FULL + (h << 6) + (h >> 2);
-    h ^= (uint64_t)c[2] * 0x165667B19E3779F9ULL + (h << 6) + (h >> 2);
-    return h ^ (h >> 29);
+    uint64_t h = (uint64_t)c[0] + 0x9E3779B97F4A7C15ULL * ((uint64_t)c[1] + 0xC2B2AE3D27D4EB4FULL * (uint64_t)c[2]);
+    h ^= h >> 33;  /* murmur3's finaliser: the low bits (the slot) depend on every input bit */
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 33);
 }
 
 static Py_ssize_t lookup(const Slot *table, uint64_t mask, const int64_t *c) {
