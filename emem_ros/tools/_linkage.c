@@ -36,8 +36,9 @@
 #define SIDE_MARGIN (1.0 + 1.0 / 1048576.0)
 
 typedef struct {
-    int64_t cell[MAX_DIM];
-    Py_ssize_t head;  /* first point of the cell (-1: empty slot) */
+    int32_t cell[MAX_DIM];  /* grid axes span < 2^26 cells; a separating axis has < n distinct values */
+    int32_t head;           /* first point of the cell (-1: empty slot) */
+    int32_t uniform;        /* after the cells' own pairs: all its points in one component */
 } Slot;
 
 static Py_ssize_t find(Py_ssize_t *parent, Py_ssize_t i) {
@@ -55,8 +56,9 @@ static void unite(Py_ssize_t *parent, Py_ssize_t a, Py_ssize_t b) {
     else if (b < a) parent[a] = b;
 }
 
-static uint64_t hash_cell(const int64_t *c) {
-    uint64_t h = (uint64_t)c[0] + 0x9E3779B97F4A7C15ULL * ((uint64_t)c[1] + 0xC2B2AE3D27D4EB4FULL * (uint64_t)c[2]);
+static uint64_t hash_cell(const int32_t *c) {
+    uint64_t h = (uint64_t)(uint32_t)c[0]
+        + 0x9E3779B97F4A7C15ULL * ((uint64_t)(uint32_t)c[1] + 0xC2B2AE3D27D4EB4FULL * (uint64_t)(uint32_t)c[2]);
     h ^= h >> 33;  /* murmur3's finaliser: the low bits (the slot) depend on every input bit */
     h *= 0xFF51AFD7ED558CCDULL;
     h ^= h >> 33;
@@ -64,7 +66,7 @@ static uint64_t hash_cell(const int64_t *c) {
     return h ^ (h >> 33);
 }
 
-static Py_ssize_t lookup(const Slot *table, uint64_t mask, const int64_t *c) {
+static Py_ssize_t lookup(const Slot *table, uint64_t mask, const int32_t *c) {
     uint64_t at = hash_cell(c) & mask;
     for (;;) {
         const Slot *s = &table[at];
@@ -92,7 +94,7 @@ static double sq_distance(const double *u, const double *v, Py_ssize_t d) {
    (found by hashing the values' bits), provided those values are all more than 2 * link apart
    (0 on failure). A keyed set has a handful of distinct values, so only they are sorted. */
 static int separating_ids(const double *p, Py_ssize_t n, Py_ssize_t d, Py_ssize_t axis, double link,
-                          int64_t *cells, uint64_t size) {
+                          int32_t *cells, uint64_t size) {
     uint64_t *bits = (uint64_t *)malloc((size_t)size * sizeof(uint64_t));
     Py_ssize_t *slot_id = (Py_ssize_t *)malloc((size_t)size * sizeof(Py_ssize_t));
     double *values = (double *)malloc((size_t)n * sizeof(double));
@@ -112,7 +114,7 @@ static int separating_ids(const double *p, Py_ssize_t n, Py_ssize_t d, Py_ssize_
                 slot_id[at] = distinct;
                 values[distinct++] = x;
             }
-            cells[i * MAX_DIM + axis] = (int64_t)slot_id[at];
+            cells[i * MAX_DIM + axis] = (int32_t)slot_id[at];
         }
         qsort(values, (size_t)distinct, sizeof(double), compare_values);
         for (Py_ssize_t i = 1; i < distinct && ok; i++)
@@ -127,7 +129,7 @@ static int separating_ids(const double *p, Py_ssize_t n, Py_ssize_t d, Py_ssize_
 /* 0: not taken (caller falls back), 1: labels written, -1: out of memory. */
 static int link_labels(const double *p, Py_ssize_t n, Py_ssize_t d, double link, int64_t *out) {
     if (n == 0) return 1;
-    if (!(link > 0.0) || !isfinite(link) || d < 1 || d > MAX_DIM) return 0;
+    if (!(link > 0.0) || !isfinite(link) || d < 1 || d > MAX_DIM || n > INT32_MAX / 4) return 0;
     double lo[MAX_DIM], hi[MAX_DIM];
     for (Py_ssize_t k = 0; k < d; k++) { lo[k] = p[k]; hi[k] = p[k]; }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -143,7 +145,7 @@ static int link_labels(const double *p, Py_ssize_t n, Py_ssize_t d, double link,
     for (Py_ssize_t k = 0; k < d; k++) grid[k] = (hi[k] - lo[k]) / side < MAX_CELLS_SPAN;
 
     int status = -1;
-    int64_t *cells = (int64_t *)calloc((size_t)n * MAX_DIM, sizeof(int64_t));
+    int32_t *cells = (int32_t *)calloc((size_t)n * MAX_DIM, sizeof(int32_t));
     Py_ssize_t *parent = (Py_ssize_t *)malloc((size_t)n * sizeof(Py_ssize_t));
     Py_ssize_t *next = (Py_ssize_t *)malloc((size_t)n * sizeof(Py_ssize_t));
     Py_ssize_t *occupied = (Py_ssize_t *)malloc((size_t)n * sizeof(Py_ssize_t));
@@ -155,7 +157,7 @@ static int link_labels(const double *p, Py_ssize_t n, Py_ssize_t d, double link,
     for (Py_ssize_t k = 0; k < d; k++) {
         if (grid[k]) {
             for (Py_ssize_t i = 0; i < n; i++)
-                cells[i * MAX_DIM + k] = (int64_t)floor((p[i * d + k] - lo[k]) / side);
+                cells[i * MAX_DIM + k] = (int32_t)floor((p[i * d + k] - lo[k]) / side);
         } else if (!separating_ids(p, n, d, k, link, cells, size)) {
             status = 0;
             goto done;
@@ -166,7 +168,7 @@ static int link_labels(const double *p, Py_ssize_t n, Py_ssize_t d, double link,
     Py_ssize_t n_occupied = 0;
     for (Py_ssize_t i = n - 1; i >= 0; i--) {  /* backwards: each cell's list runs in index order */
         parent[i] = i;
-        const int64_t *c = &cells[i * MAX_DIM];
+        const int32_t *c = &cells[i * MAX_DIM];
         uint64_t at = hash_cell(c) & mask;
         for (;;) {
             Slot *s = &table[at];
@@ -174,12 +176,12 @@ static int link_labels(const double *p, Py_ssize_t n, Py_ssize_t d, double link,
                 memcpy(s->cell, c, sizeof(s->cell));
                 occupied[n_occupied++] = (Py_ssize_t)at;
                 next[i] = -1;
-                s->head = i;
+                s->head = (int32_t)i;
                 break;
             }
             if (s->cell[0] == c[0] && s->cell[1] == c[1] && s->cell[2] == c[2]) {
                 next[i] = s->head;
-                s->head = i;
+                s->head = (int32_t)i;
                 break;
             }
             at = (at + 1) & mask;
@@ -187,10 +189,10 @@ static int link_labels(const double *p, Py_ssize_t n, Py_ssize_t d, double link,
     }
 
     /* Half of the neighbourhood: offsets over the grid axes whose first non-zero step is +1. */
-    int64_t offsets[13][MAX_DIM];
+    int32_t offsets[13][MAX_DIM];
     int n_offsets = 0;
     for (int code = 0; code < 27; code++) {
-        int64_t o[MAX_DIM] = {code / 9 - 1, (code / 3) % 3 - 1, code % 3 - 1};
+        int32_t o[MAX_DIM] = {code / 9 - 1, (code / 3) % 3 - 1, code % 3 - 1};
         int first = 0, allowed = 1;
         for (int k = 0; k < MAX_DIM; k++) {
             if (o[k] != 0 && (k >= d || !grid[k])) allowed = 0;
@@ -201,19 +203,40 @@ static int link_labels(const double *p, Py_ssize_t n, Py_ssize_t d, double link,
         }
     }
     double limit = link * link;
+    /* Each cell's own pairs first; then a cell is "uniform" when all its points are in one component
+       (for ever after: components only merge). Between two uniform cells one linked pair settles it. */
     for (Py_ssize_t c = 0; c < n_occupied; c++) {
-        const Slot *a = &table[occupied[c]];
+        Slot *a = &table[occupied[c]];
         for (Py_ssize_t i = a->head; i >= 0; i = next[i])
             for (Py_ssize_t j = next[i]; j >= 0; j = next[j])
                 if (sq_distance(&p[i * d], &p[j * d], d) <= limit) unite(parent, i, j);
+        Py_ssize_t root = find(parent, a->head);
+        a->uniform = 1;
+        for (Py_ssize_t i = next[a->head]; i >= 0 && a->uniform; i = next[i])
+            if (find(parent, i) != root) a->uniform = 0;
+    }
+    for (Py_ssize_t c = 0; c < n_occupied; c++) {
+        const Slot *a = &table[occupied[c]];
         for (int o = 0; o < n_offsets; o++) {
-            int64_t nb[MAX_DIM];
+            int32_t nb[MAX_DIM];
             for (int k = 0; k < MAX_DIM; k++) nb[k] = a->cell[k] + offsets[o][k];
             Py_ssize_t at = lookup(table, mask, nb);
             if (at < 0) continue;
-            for (Py_ssize_t i = a->head; i >= 0; i = next[i])
-                for (Py_ssize_t j = table[at].head; j >= 0; j = next[j])
-                    if (sq_distance(&p[i * d], &p[j * d], d) <= limit) unite(parent, i, j);
+            const Slot *b = &table[at];
+            if (a->uniform && b->uniform) {
+                if (find(parent, a->head) == find(parent, b->head)) continue;
+                for (Py_ssize_t i = a->head; i >= 0; i = next[i])
+                    for (Py_ssize_t j = b->head; j >= 0; j = next[j])
+                        if (sq_distance(&p[i * d], &p[j * d], d) <= limit) {
+                            unite(parent, i, j);
+                            goto next_offset;
+                        }
+            } else {
+                for (Py_ssize_t i = a->head; i >= 0; i = next[i])
+                    for (Py_ssize_t j = b->head; j >= 0; j = next[j])
+                        if (sq_distance(&p[i * d], &p[j * d], d) <= limit) unite(parent, i, j);
+            }
+        next_offset:;
         }
     }
     /* Roots are each component's lowest index, so numbering roots in index order numbers components
