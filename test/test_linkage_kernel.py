@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emem_ros.tools import clusters
-from emem_ros.tools.clusters import KEY_GAP, _linked_labels, kernel_labels, tree_labels
+from emem_ros.tools.clusters import KEY_GAP, _linked_labels, components, kernel_labels, small_components, tree_labels
 
 pytestmark = pytest.mark.skipif(clusters.KERNEL is None,
                                 reason="the C kernel is not built here (no compiler at install): "
@@ -55,6 +55,19 @@ def test_kernel_labels_equal_the_tree_path(case):
     assert got is not None  # finite points, positive link, at most three axes: the kernel takes them
     assert got.dtype == np.int64
     assert np.array_equal(got, expected), (len(points), link)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(point_sets())
+def test_small_sets_get_the_dense_paths_labels(case):
+    # Up to SMALL points ``components`` asks the kernel instead of its n x n label propagation.
+    points, link = case
+    points = np.ascontiguousarray(points[: clusters.SMALL, :2])
+    if not len(points):
+        assert len(components(points, link)) == 0
+        return
+    assert np.array_equal(components(points, link), small_components(points, link))
+    assert np.array_equal(small_components(points, link), tree_labels(points, link))
 
 
 @settings(max_examples=100, deadline=None)

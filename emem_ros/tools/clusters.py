@@ -315,6 +315,16 @@ def components(xy: np.ndarray, link: float) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     if n > SMALL:
         return linked_labels(np.asarray(xy, dtype=np.float64)[:, :2], link)
+    if np.asarray(xy).dtype == np.float64:
+        labels = kernel_labels(xy, link)  # the same labels as small_components', without n x n matrices
+        if labels is not None:
+            return labels
+    return small_components(xy, link)
+
+
+def small_components(xy: np.ndarray, link: float) -> np.ndarray:
+    """``components`` of a few dozen points without the C kernel: dense adjacency, label propagation."""
+    n = len(xy)
     d2 = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(axis=2)
     adjacent = d2 <= link * link
     labels = np.arange(n)
