@@ -32,7 +32,7 @@ def main() -> None:
     arg_sets = bt.calls(stream)
     provider.precompute(bt.query_strings(arg_sets))
     if os.environ.get("KERNEL") == "off":
-        clusters.KERNEL = None  # type: ignore[attr-defined]  # absent before the kernel: no-op there
+        clusters.KERNEL = None  # (before the kernel there was none: a no-op there)
     kept, off = clusters.LABELS, clusters.LabelMemo(entries=0)
     samples: dict[tuple[str, str], list[float]] = {}
     for tool in TOOLS:

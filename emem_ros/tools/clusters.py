@@ -8,6 +8,7 @@ compiler is found) or, without it, on scipy's k-d tree: the same labels.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -19,10 +20,17 @@ import numpy as np
 from emem_ros.core.types import Position
 from emem_ros.storage.store import Place
 
-try:
-    from emem_ros.tools import _linkage as KERNEL  # type: ignore[attr-defined]
-except ImportError:  # installed without a C compiler: the k-d tree path below
-    KERNEL = None
+
+def _load_kernel() -> Any:
+    """The C extension built from ``_linkage.c``, or None (installed without a C compiler)."""
+    try:
+        return importlib.import_module("emem_ros.tools._linkage")
+    except ImportError:
+        return None
+
+
+KERNEL: Any = _load_kernel()
+"""``link(points, link, out) -> bool`` in C, or None: then the k-d tree path (tests switch it off)."""
 
 SAME_OBJECT = 1.0
 """Metres: places of one text closer than this are reported as one thing."""
