@@ -24,6 +24,7 @@ cache. Each engine runs in its own subprocess.
                                            # build the 1M memory once, reuse it on later runs
     python bench/bench_tools.py ... --clock cpu            # time by thread CPU time (a loaded machine)
     python bench/bench_tools.py ... --dump-answers /tmp/a  # every answer in full, to diff two versions
+    python bench/bench_tools.py ... --no-label-memo   # every call links its places afresh (a planner's new questions)
 """
 
 from __future__ import annotations
@@ -190,6 +191,11 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
                                                  reuse=spec.get("reuse", False))
     arg_sets = calls(stream)
     provider.precompute(query_strings(arg_sets))
+    if spec.get("no_label_memo") and engine == OURS:
+        # The bench repeats each question, so remembered linkage labels would always hit.
+        from emem_ros.tools import clusters
+
+        clusters.LABELS = clusters.LabelMemo(entries=0)
     budget, max_samples = spec["budget"], spec["samples"]
     timings: dict[str, list[float]] = {}
     answers: dict[str, str] = {}
@@ -274,7 +280,8 @@ def run_case(engine: str, n: int, tmp: Path, args) -> dict[str, Any]:
     spec = {"engine": engine, "n": n, "folder": str(folder), "export": str(tmp / f"graph-{n}.json"),
             "budget": args.budget, "samples": args.samples, "reuse": bool(args.reuse), "profile": args.profile,
             "only": [t for t in (args.only or "").split(",") if t],
-            "dump": args.dump_answers and f"{args.dump_answers}-{engine}-{n}.json", "clock": args.clock}
+            "dump": args.dump_answers and f"{args.dump_answers}-{engine}-{n}.json", "clock": args.clock,
+            "no_label_memo": args.no_label_memo}
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                               text=True, timeout=args.timeout)
@@ -347,6 +354,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="write every answer in full to <this>-<engine>-<n>.json")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="time calls by the wall clock (default) or by this thread's CPU time (a loaded machine)")
+    parser.add_argument("--no-label-memo", action="store_true",
+                        help="switch the linkage memo (tools.clusters.LABELS) off: every call links afresh")
     parser.add_argument("--child", type=str, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

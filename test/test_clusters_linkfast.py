@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from emem_ros.tools import clusters
-from emem_ros.tools.clusters import KEY_GAP, _linked_labels, _roots, components
+from emem_ros.tools.clusters import KEY_GAP, _linked_labels, _roots, components, tree_labels
 
 
 def reference(points: np.ndarray, link: float) -> np.ndarray:
@@ -58,6 +58,7 @@ def test_linked_labels_equal_the_reference_on_random_sets_with_ties_and_tiny_set
     for points, link in point_sets(seed):
         expected = reference(points, link)
         assert np.array_equal(_linked_labels(points, link), expected), (len(points), link)
+        assert np.array_equal(tree_labels(points, link), expected), (len(points), link)  # without the C kernel
         if points.shape[1] == 2:
             assert np.array_equal(components(points, link), expected)
 
@@ -72,9 +73,9 @@ def test_when_propagation_gives_up_connected_components_gives_the_same_labels(mo
     assert _roots(pairs, 3) is not None
     monkeypatch.setattr(clusters, "PROPAGATION_ROUNDS", 0)
     assert _roots(pairs, 3) is None
-    assert np.array_equal(_linked_labels(chain, 1.0), reference(chain, 1.0))
+    assert np.array_equal(tree_labels(chain, 1.0), reference(chain, 1.0))
     for points, link in point_sets(5):
-        assert np.array_equal(_linked_labels(points, link), reference(points, link))
+        assert np.array_equal(tree_labels(points, link), reference(points, link))
 
 
 def test_roots_point_every_point_at_the_lowest_of_its_component():

@@ -2,13 +2,14 @@
 # alternate_tools.sh ROUNDS SIZES OUT: bench_tools.py (wall clock, the five target tools) on main's checkout
 # (BASE) and this one, alternately, each run alone under the shared bench lock with the load printed inside
 # it; memories are reused from REUSE (bench_tools.py --reuse). Then: median p50 / p95 per tool, size and side.
+# EXTRA: more bench_tools.py flags for both sides (e.g. --no-label-memo; BASE's bench_tools.py must know them).
 R=$1; SIZES=$2; OUT=$3; mkdir -p $OUT
 HERE=$(cd $(dirname $0)/../.. && pwd); BASE=${BASE:-/work/wt/fastnear-base}; PY=${PYTHON:-$HERE/.venv/bin/python}
 T=${TOOLS:-semantic_search,spatial_query,locate,recall,get_current_context}
 for r in $(seq 1 $R); do for n in ${SIZES//,/ }; do for side in base after; do
   root=$HERE; [ $side = base ] && root=$BASE
   flock ${LOCK:-/work/wt/bench.lock} bash -c "echo load-in \$(cat /proc/loadavg); $PY $root/bench/bench_tools.py --ours-only $n \
-    --sizes '' --skip-peer --reuse ${REUSE:-/tmp/fastnear} --only $T --budget ${BUDGET:-3} --samples 300; echo load-out \$(cat /proc/loadavg)" \
+    --sizes '' --skip-peer --reuse ${REUSE:-/tmp/fastnear} --only $T --budget ${BUDGET:-3} --samples 300 ${EXTRA:-}; echo load-out \$(cat /proc/loadavg)" \
     > $OUT/$side-$n-$r.txt 2>&1
 done; done; done
 $PY - $OUT <<'PY'

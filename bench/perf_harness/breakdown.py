@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Thread CPU ms per call spent inside each tool's main functions (inclusive of their callees).
 
-    python breakdown.py N TOOLS ROUNDS [ROOT]
+    python breakdown.py N TOOLS ROUNDS [ROOT]     # MEMO=off: linkage memo off; KERNEL=off: no C kernel
 
 Wraps the functions named in TARGETS with thread-time counters, runs ROUNDS rounds of every argument set
 of each tool on the memory ``bench_tools.py --reuse $REUSE`` built, and prints the totals per call.
@@ -53,6 +53,9 @@ emem_ros.tools.locate _recency
 emem_ros.tools.placement measured_placements
 emem_ros.tools.placement explained
 emem_ros.tools.clusters linked_labels
+emem_ros.tools.clusters kernel_labels
+emem_ros.tools.clusters tree_labels
+emem_ros.tools.clusters Linker.components
 emem_ros.tools.knowledge entities_near
 emem_ros.tools.body body_status
 emem_ros.tools.context current_position
@@ -108,6 +111,12 @@ def main() -> None:
     memory, stream, provider, _, _ = bt.load("emem_ros", n, reuse / f"emem_ros-{n}", reuse / "graph.json", reuse=True)
     arg_sets = bt.calls(stream)
     provider.precompute(bt.query_strings(arg_sets))
+    from emem_ros.tools import clusters
+
+    if os.environ.get("MEMO") == "off":
+        clusters.LABELS = clusters.LabelMemo(entries=0)
+    if os.environ.get("KERNEL") == "off":
+        clusters.KERNEL = None
     for line in TARGETS.strip().splitlines():
         module_name, qualname = line.split()
         try:

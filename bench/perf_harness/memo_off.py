@@ -4,6 +4,7 @@ switched off, taking turns in one process: what "near here" costs when every cal
 whose places around the spot just changed) next to what the bench's repeated calls cost.
 
     python memo_off.py N ROUNDS      # on the memory bench_tools.py --reuse $REUSE built
+    KERNEL=off python memo_off.py N ROUNDS   # the same without the C linkage kernel (the k-d tree path)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main() -> None:
     memory, stream, provider, _, _ = bt.load("emem_ros", n, reuse / f"emem_ros-{n}", reuse / "graph.json", reuse=True)
     arg_sets = bt.calls(stream)
     provider.precompute(bt.query_strings(arg_sets))
+    if os.environ.get("KERNEL") == "off":
+        clusters.KERNEL = None  # (before the kernel there was none: a no-op there)
     kept, off = clusters.LABELS, clusters.LabelMemo(entries=0)
     samples: dict[tuple[str, str], list[float]] = {}
     for tool in TOOLS:

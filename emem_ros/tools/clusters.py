@@ -1,11 +1,14 @@
 """Spatial grouping of places: one thing per spot, and linked components for locate.
 
 Places are already aggregated per 0.5 m cell, so the lists here are short
-(tens to a few thousand) and plain single-linkage is fast enough.
+(tens to a few thousand). Single-linkage of more than ``SMALL`` points runs
+in the optional C kernel (``_linkage.c``, built by pip and colcon where a C
+compiler is found) or, without it, on scipy's k-d tree: the same labels.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -16,6 +19,18 @@ import numpy as np
 
 from emem_ros.core.types import Position
 from emem_ros.storage.store import Place
+
+
+def _load_kernel() -> Any:
+    """The C extension built from ``_linkage.c``, or None (installed without a C compiler)."""
+    try:
+        return importlib.import_module("emem_ros.tools._linkage")
+    except ImportError:
+        return None
+
+
+KERNEL: Any = _load_kernel()
+"""``link(points, link, out) -> bool`` in C, or None: then the k-d tree path (tests switch it off)."""
 
 SAME_OBJECT = 1.0
 """Metres: places of one text closer than this are reported as one thing."""
@@ -155,6 +170,28 @@ def linked_labels(points: np.ndarray, link: float, tree: Any = None) -> np.ndarr
 def _linked_labels(points: np.ndarray, link: float, tree: Any = None) -> np.ndarray:
     """Single-linkage labels (distance <= link), numbered by each component's first point.
 
+    The C kernel when it is built and takes the input, else the k-d tree.
+    """
+    labels = kernel_labels(points, link)
+    return labels if labels is not None else tree_labels(points, link, tree)
+
+
+def kernel_labels(points: np.ndarray, link: float) -> Optional[np.ndarray]:
+    """``tree_labels``' labels from the C kernel (grid hashing + union-find); None where it is not
+    built or does not take the input (more than three axes, non-finite numbers, link <= 0)."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    points = np.ascontiguousarray(points, dtype=np.float64)
+    if points.ndim != 2:
+        return None
+    out = np.empty(len(points), dtype=np.int64)
+    return out if kernel.link(points, float(link), out) else None
+
+
+def tree_labels(points: np.ndarray, link: float, tree: Any = None) -> np.ndarray:
+    """Single-linkage labels (distance <= link), numbered by each component's first point, from a k-d tree.
+
     Pairs come from a k-d tree; components from a few rounds of hooking
     (each pair whose labels differ points the larger label's root at the
     smaller) followed by full pointer jumping, which joins a few hundred
@@ -266,9 +303,11 @@ class Linker:
         key = LABELS.key(points, link)
         labels = LABELS.get(key)
         if labels is None:
-            if self._tree is None:
-                self._tree = kd_tree(points)
-            labels = _linked_labels(points, link, self._tree)
+            labels = kernel_labels(points, link)
+            if labels is None:
+                if self._tree is None:
+                    self._tree = kd_tree(points)
+                labels = tree_labels(points, link, self._tree)
             LABELS.put(key, labels)
         return labels
 
@@ -284,6 +323,16 @@ def components(xy: np.ndarray, link: float) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     if n > SMALL:
         return linked_labels(np.asarray(xy, dtype=np.float64)[:, :2], link)
+    if np.asarray(xy).dtype == np.float64:
+        labels = kernel_labels(xy, link)  # the same labels as small_components', without n x n matrices
+        if labels is not None:
+            return labels
+    return small_components(xy, link)
+
+
+def small_components(xy: np.ndarray, link: float) -> np.ndarray:
+    """``components`` of a few dozen points without the C kernel: dense adjacency, label propagation."""
+    n = len(xy)
     d2 = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(axis=2)
     adjacent = d2 <= link * link
     labels = np.arange(n)
