@@ -210,7 +210,8 @@ def tree_labels(points: np.ndarray, link: float, tree: Any = None) -> np.ndarray
         return _connected(pairs, n)
     # The roots (points labelled with themselves) numbered in order: np.unique's inverse, without a sort.
     number = np.cumsum(labels == np.arange(n)) - 1
-    return number[labels].astype(np.int64)
+    numbered: np.ndarray = number[labels].astype(np.int64)
+    return numbered
 
 
 def kd_tree(points: np.ndarray) -> Any:
@@ -258,7 +259,8 @@ def _connected(pairs: np.ndarray, n: int) -> np.ndarray:
 
     graph = coo_matrix((np.ones(len(pairs), dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
-    return labels.astype(np.int64)
+    found: np.ndarray = labels.astype(np.int64)
+    return found
 
 
 def link_clusters(places: list[Place], link: float) -> list[list[Place]]:
