@@ -3,8 +3,11 @@
 Age counts from promotion to long_term (``observations.tier_since``, set by
 consolidation with the memory's clock), not from the observation's stamp: a
 robot that consolidates yesterday's bag today keeps it hot for the full
-period. Rows are read ``archive_batch_size`` at a time and written in parts sized to ~25 ms of writer lock each
-(``storage/budget.py``: questions and flushes never wait long); per part:
+period. Rows are read ``archive_batch_size`` at a time, with their cold-store
+records encoded (``archive_plan.py``; in the maintenance process when
+``maintenance_process`` is on, see ``offload.py``), and written in parts sized
+to ~25 ms of writer lock each (``storage/budget.py``: questions and flushes
+never wait long); per part:
 
 1. the raw rows are appended to the cold store and fsynced (unless
    ``archive_retention == 'drop'``) — before anything in SQLite changes;
@@ -32,11 +35,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from emem_ros.consolidation.archive_plan import ArchiveBatch, plan_batch
 from emem_ros.consolidation.coldstore import ColdStore
+from emem_ros.consolidation.offload import MaintenanceProcess, OffloadError
 from emem_ros.consolidation.readings import display_scale, reading_level
-from emem_ros.consolidation.rows import ObsRow, fetch_rows, in_list
+from emem_ros.consolidation.rows import in_list
 from emem_ros.consolidation.state import read_body_scales, write_body_scales
-from emem_ros.core.types import NodeKind, Tier, make_id
+from emem_ros.core.types import Tier
 from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked
 
@@ -59,9 +64,12 @@ class ArchiveReport:
 
 
 class Archiver:
-    def __init__(self, engine: "Engine", cold: Optional[ColdStore]) -> None:
+    """``offload``: plan batches in the maintenance process (``offload.py``); None, or when it fails: here."""
+
+    def __init__(self, engine: "Engine", cold: Optional[ColdStore], offload: Optional[MaintenanceProcess] = None) -> None:
         self.engine = engine
         self.cold = cold
+        self.offload = offload
         self.budget = TransactionBudget()
         """Rows per archiving transaction, adapted to ~25 ms of writer lock (kept across runs)."""
 
@@ -70,29 +78,28 @@ class Archiver:
         report = ArchiveReport()
         engine = self.engine
         batch = max(1, int(engine.config.archive_batch_size))
-        keep = engine.config.archive_retention == "keep"
+        keep = engine.config.archive_retention == "keep" and self.cold is not None
         while True:
             if stop is not None and stop.is_set():
                 report.complete = False
                 break
             now = engine.now()
             cutoff = now - engine.config.archive_after_seconds
-            rows = fetch_rows(engine.store.reader(), "o.tier = 'long_term' AND o.tier_since <= ?", [cutoff],
-                              order="o.tier_since, o.id", limit=batch)
+            rows = self._plan(cutoff, batch, now, keep, stop)
             if not rows:
                 break
             start = 0
             while start < len(rows):  # in transactions of ~25 ms of writer lock each (``storage/budget.py``)
-                part = rows[start:start + self.budget.size]
+                end = min(len(rows), start + self.budget.size)
                 if keep and self.cold is not None:  # durable in the cold store before SQLite changes
-                    written = self.cold.append(_record(row, now) for row in part)
+                    written = self.cold.append_encoded(rows.part_lines(start, end), end - start)
                     report.cold_records += written.records
                     report.cold_bytes += written.bytes
                 with engine.store.write_lock:
                     began = time.perf_counter()
-                    self._archive(part, now, report)
-                    self.budget.took(len(part), time.perf_counter() - began)
-                start += len(part)
+                    self._archive(rows, start, end, now, report)
+                    self.budget.took(end - start, time.perf_counter() - began)
+                start = end
                 report.transactions += 1
             if len(rows) < batch:
                 break
@@ -102,13 +109,28 @@ class Archiver:
                      report.observations, report.texts_removed, report.seconds)
         return report
 
-    def _archive(self, rows: list, now: float, report: ArchiveReport) -> None:
+    def _plan(self, cutoff: float, limit: int, now: float, encode: bool,
+              stop: Optional[threading.Event]) -> ArchiveBatch:
+        """The next batch, read and encoded by the maintenance process when there is one, else here."""
+        offload = self.offload
+        if offload is not None and offload.usable:
+            try:
+                return offload.plan_archive(cutoff, limit, now, encode,
+                                            stop=None if stop is None else stop.is_set)
+            except OffloadError as exc:
+                if stop is None or not stop.is_set():
+                    log.error("archival: %s; planning this batch in the serving process%s", exc,
+                              "" if offload.usable else " (and from now on)")
+        return plan_batch(self.engine.store.reader(), cutoff, limit, now, encode)
+
+    def _archive(self, batch: ArchiveBatch, start: int, end: int, now: float, report: ArchiveReport) -> None:
         store = self.engine.store
-        ids = [r.id for r in rows]
+        ids = batch.ids[start:end]
         refs: dict[int, int] = {}
-        for row in rows:
-            if row.text_id is not None:
-                refs[row.text_id] = refs.get(row.text_id, 0) + 1
+        for text_id in batch.text_ids[start:end]:
+            if text_id is not None:
+                refs[text_id] = refs.get(text_id, 0) + 1
+        readings = [r for r in batch.readings if start <= r[0] < end]
         with store.write() as conn:
             for chunk in chunked(ids):
                 where, values = in_list("id", chunk)
@@ -116,7 +138,7 @@ class Archiver:
                     f"UPDATE observations SET tier=?, tier_since=?, text_id=NULL, metadata=NULL"
                     f" WHERE {where} AND tier=?", [Tier.ARCHIVED.value, now, *values, Tier.LONG_TERM.value])
             conn.executemany("UPDATE texts SET refs = refs - ? WHERE id = ?", [(n, tid) for tid, n in refs.items()])
-            _remember_body_scales(conn, rows)
+            _remember_body_scales(conn, readings)
             dead: list[tuple[int, str]] = []
             for chunk in chunked(list(refs)):
                 where, values = in_list("id", chunk)
@@ -136,12 +158,15 @@ class Archiver:
         report.places_removed += len(place_ids)
 
 
-def _remember_body_scales(conn: Any, rows: list[ObsRow]) -> None:
-    """Inside the archiving transaction: the value-to-shown-level scale of each body layer archived."""
+def _remember_body_scales(conn: Any, readings: list[tuple[int, str, str, Optional[float]]]) -> None:
+    """Inside the archiving transaction: the value-to-shown-level scale of each body layer archived.
+
+    ``readings``: (row index, layer, text, value) of the part's body readings with a text, in row order.
+    """
     samples: dict[str, list[tuple[str, Optional[float]]]] = {}
-    for row in rows:
-        if row.is_reading and row.text and len(samples.setdefault(row.layer, [])) < 32:
-            samples[row.layer].append((row.text, row.value))
+    for _, layer, text, value in readings:
+        if len(samples.setdefault(layer, [])) < 32:
+            samples[layer].append((text, value))
     if not samples:
         return
     known = read_body_scales(conn)
@@ -157,21 +182,3 @@ def _remember_body_scales(conn: Any, rows: list[ObsRow]) -> None:
             changed = True
     if changed:
         write_body_scales(conn, known)
-
-
-def _record(row: Any, archived_at: float) -> dict[str, Any]:
-    return {
-        "id": make_id(NodeKind.OBSERVATION, row.id),
-        "stamp": row.stamp,
-        "layer": row.layer,
-        "source_type": row.source_type,
-        "position": [row.x, row.y, row.z] if row.x is not None else None,
-        "frame_id": row.frame_id,
-        "text": row.text,
-        "confidence": row.confidence,
-        "episode_id": make_id(NodeKind.EPISODE, row.episode_id) if row.episode_id is not None else None,
-        "gist_id": make_id(NodeKind.GIST, row.gist_id) if row.gist_id is not None else None,
-        "value": row.value,
-        "metadata": row.metadata,
-        "archived_at": archived_at,
-    }

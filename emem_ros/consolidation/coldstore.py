@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from emem_ros.consolidation.archive_plan import encode_lines
 from emem_ros.indexes.snapshots import fsync_dir as _fsync_dir
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,13 @@ class ColdStore:
 
     def append(self, records: Iterable[dict[str, Any]]) -> ColdWrite:
         """Write one gzip member and fsync it (and the folder when the file is new)."""
-        lines = [json.dumps(r, separators=(",", ":"), ensure_ascii=False, default=str) for r in records]
-        if not lines:
+        return self.append_encoded(*encode_lines(records))
+
+    def append_encoded(self, lines: bytes, count: int) -> ColdWrite:
+        """``append`` of records already encoded (``archive_plan.encode_record``: one JSON line each)."""
+        if not count:
             return ColdWrite(segment="", records=0, bytes=0)
-        data = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), compresslevel=6, mtime=0)
+        data = gzip.compress(lines, compresslevel=6, mtime=0)
         with self._lock:
             created = not self.folder.exists()
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -84,7 +88,7 @@ class ColdStore:
                 _fsync_dir(self.folder)
                 if created:
                     _fsync_dir(self.folder.parent)
-        return ColdWrite(segment=path.name, records=len(lines), bytes=len(data))
+        return ColdWrite(segment=path.name, records=count, bytes=len(data))
 
     def iter_records(self, ids: Optional[Iterable[str]] = None) -> Iterator[dict[str, Any]]:
         """Archived observations, oldest segment first; with ``ids``, only those (last copy wins)."""

@@ -15,6 +15,7 @@ from emem_ros.consolidation.coldstore import ColdStore
 from emem_ros.consolidation.entities import EntityExtractor, EntityReport
 from emem_ros.consolidation.episodes import EpisodeBook, EpisodeConsolidator, EpisodeReport
 from emem_ros.consolidation.gists import ConsolidationReport, TimeWindowConsolidator
+from emem_ros.consolidation.offload import MaintenanceProcess
 from emem_ros.consolidation.rows import RowMemo
 from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.consolidation.worker import ConsolidationWorker, WorkerClosedError
@@ -83,7 +84,10 @@ class ConsolidationService:
         self.entities = EntityExtractor(engine, self.summarizer, self.rows)
         path = Path(engine.config.db_path)
         self.cold = ColdStore(path.with_name(path.name + ".cold"))
-        self.archiver = Archiver(engine, self.cold)
+        self.offload = (MaintenanceProcess(path) if engine.config.maintenance_process and path.is_file()
+                        else None)
+        """The child process that archival's read-and-encode runs in (started at its first batch)."""
+        self.archiver = Archiver(engine, self.cold, self.offload)
         self.retention: Optional[Callable[[], Any]] = None
         """Run after archival by maintenance (the facade sets it to apply the retention policies)."""
         gc_pause = engine.config.consolidation_gc_pause
@@ -193,3 +197,6 @@ class ConsolidationService:
             return self.worker.close(timeout)
         except StoreError:  # pragma: no cover - the worker catches job errors itself
             return False
+        finally:
+            if self.offload is not None:
+                self.offload.close()

@@ -58,6 +58,9 @@ class MemoryConfig:
     consolidation_gc_pause: float = 30.0
     """Seconds at most that Python's automatic garbage collection stays off while a consolidation job runs
     (its full collections stall every thread 100+ ms; see core/collector.py). 0 = never turned off."""
+    maintenance_process: bool = True
+    """Archival reads and encodes its batches in a child process (consolidation/offload.py), so that
+    interpreter time does not stretch questions and flushes; False (or a failing child) does it in-process."""
     maintenance_interval: float = 0.0
     """Seconds between automatic maintenance runs on the consolidation worker (0 = only on call)."""
     llm_timeout: float = 120.0
@@ -151,6 +154,8 @@ class MemoryConfig:
                 f"flush_batch_size ({self.flush_batch_size}) must not exceed "
                 f"working_memory_size ({self.working_memory_size})"
             )
+        if not isinstance(self.maintenance_process, bool):
+            raise InvalidInputError(f"maintenance_process must be true or false, got {self.maintenance_process!r}")
         if self.archive_retention not in ("keep", "drop"):
             raise InvalidInputError(f"archive_retention must be 'keep' or 'drop', got {self.archive_retention!r}")
         try:

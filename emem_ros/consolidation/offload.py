@@ -1,0 +1,215 @@
+"""The maintenance process: maintenance's read-and-compute work, outside the serving interpreter.
+
+Questions and ingest flushes share one interpreter lock with maintenance.
+Archival's reading and encoding (decoding tens of thousands of rows, JSON
+of every cold-store record) is pure interpreter time, and every millisecond
+of it is one an ingest flush holding the writer lock may wait for; its
+objects also feed the garbage collector. So ``MaintenanceProcess`` runs that
+part in a child process and gets back plain data (``archive_plan.ArchiveBatch``);
+the serving process keeps every write (cold store, SQLite, announcements).
+
+The child
+- starts lazily, at the first request, as ``python -m emem_ros.consolidation.offload``
+  (a fresh interpreter: never a fork of this multi-threaded one, and unlike
+  multiprocessing's 'spawn' it does not re-run the parent's main script,
+  which in the ROS node would import rclpy again);
+- reads the database file through its own read-only connection;
+- stops by itself when the parent closes its end of the pipe or dies (end
+  of file on the pipe; it also checks its parent id every second);
+- is replaced after a crash or a hang: the request fails with
+  ``OffloadError``, the caller logs it and does the work itself (nothing is
+  written by the child, so nothing is lost); after ``MAX_FAILURES`` in a
+  row the process is not restarted for this memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from emem_ros.consolidation.archive_plan import ArchiveBatch, plan_batch
+from emem_ros.core.errors import EmemError
+
+log = logging.getLogger(__name__)
+
+REPLY_TIMEOUT = 120.0
+"""Seconds a request may take before the child is taken as hung (a batch takes well under one)."""
+MAX_FAILURES = 3
+"""Failures in a row after which the work stays in the serving process."""
+_POLL = 0.1
+
+
+class OffloadError(EmemError):
+    """The maintenance process could not do a request (crashed, hung, failed); do it in-process."""
+
+
+class MaintenanceProcess:
+    """The parent's handle on the child (one request at a time; thread-safe)."""
+
+    def __init__(self, db_path: Path, reply_timeout: float = REPLY_TIMEOUT) -> None:
+        self.db_path = Path(db_path)
+        self.reply_timeout = reply_timeout
+        self._lock = threading.Lock()
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._conn: Optional[Connection] = None
+        self._closed = False
+        self.failures = 0
+        """Failures in a row (a success resets it)."""
+        self.requests = 0
+        self.started = 0
+        """Child processes started so far."""
+
+    # ------------------------------------------------------------------ state
+    @property
+    def usable(self) -> bool:
+        return not self._closed and self.failures < MAX_FAILURES
+
+    @property
+    def pid(self) -> Optional[int]:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    # ------------------------------------------------------------------ requests
+    def plan_archive(self, cutoff: float, limit: int, now: float, encode: bool,
+                     stop: Optional[Callable[[], bool]] = None) -> ArchiveBatch:
+        result = self.request("plan_archive", stop, cutoff=cutoff, limit=limit, now=now, encode=encode)
+        if not isinstance(result, ArchiveBatch):
+            raise OffloadError(f"the maintenance process answered {type(result).__name__}, not an ArchiveBatch")
+        return result
+
+    def request(self, name: str, stop: Optional[Callable[[], bool]] = None, **args: Any) -> Any:
+        """Send one request and wait for its answer; ``stop()`` true abandons it (the child is replaced)."""
+        with self._lock:
+            if not self.usable:
+                raise OffloadError("the maintenance process is not available")
+            try:
+                conn = self._ensure()
+                conn.send((name, args))
+                answer = self._wait(conn, stop)
+            except OffloadError:
+                self._fail()
+                raise
+            except (OSError, EOFError, ValueError) as exc:  # a broken pipe, an unreadable answer
+                self._fail()
+                raise OffloadError(f"the maintenance process failed: {type(exc).__name__}: {exc}") from exc
+            status, value = answer
+            if status != "ok":
+                self.failures += 1  # the child is fine; the request failed there
+                raise OffloadError(f"the maintenance process failed on {name}: {value}")
+            self.failures = 0
+            self.requests += 1
+            return value
+
+    def _wait(self, conn: Connection, stop: Optional[Callable[[], bool]]) -> Any:
+        deadline = time.monotonic() + self.reply_timeout
+        while not conn.poll(_POLL):
+            if self._closed or (stop is not None and stop()):
+                raise OffloadError("abandoned: the job was told to stop")
+            if self._proc is None or self._proc.poll() is not None:
+                code = self._proc.returncode if self._proc is not None else None
+                raise OffloadError(f"the maintenance process exited (code {code})")
+            if time.monotonic() > deadline:
+                raise OffloadError(f"the maintenance process did not answer within {self.reply_timeout:g} s")
+        return conn.recv()
+
+    def _ensure(self) -> Connection:
+        if self._conn is not None and self._proc is not None:
+            code = self._proc.poll()
+            if code is None:
+                return self._conn
+            log.error("the maintenance process %d exited (code %s) between requests; starting a new one",
+                      self._proc.pid, code)
+        self._discard()
+        ours, theirs = socket.socketpair()
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "emem_ros.consolidation.offload", str(theirs.fileno()), str(os.getpid()),
+                 str(self.db_path)],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+        except OSError as exc:
+            ours.close()
+            raise OffloadError(f"cannot start the maintenance process: {exc}") from exc
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+        self.started += 1
+        log.debug("maintenance process %d started", self._proc.pid)
+        return self._conn
+
+    def _fail(self) -> None:
+        self.failures += 1
+        self._discard()
+
+    def _discard(self) -> None:
+        """Close our end (the child exits on end of file); kill it if it does not."""
+        conn, proc = self._conn, self._proc
+        self._conn = self._proc = None
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:  # pragma: no cover - already closed
+                pass
+        if proc is not None:
+            try:
+                proc.wait(1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def close(self) -> None:
+        self._closed = True  # a request in flight sees it within 0.1 s and lets go of the lock
+        with self._lock:
+            self._discard()
+
+
+# ---------------------------------------------------------------------- the child
+def _serve(conn: Connection, parent: int, db_path: str) -> None:
+    db: Optional[sqlite3.Connection] = None
+    while True:
+        if not conn.poll(1.0):
+            if os.getppid() != parent:  # the parent died (and someone else holds our pipe)
+                return
+            continue
+        try:
+            name, args = conn.recv()
+        except (EOFError, OSError):  # the parent closed or died
+            return
+        try:
+            if name != "plan_archive":
+                raise ValueError(f"unknown request {name!r}")
+            if db is None:
+                db = sqlite3.connect(Path(db_path).resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None)
+                db.execute("PRAGMA busy_timeout=30000")
+            answer: tuple[str, Any] = ("ok", plan_batch(db, **args))
+        except Exception:  # reported to the parent, which does the work itself
+            answer = ("error", traceback.format_exc(limit=8))
+        try:
+            conn.send(answer)
+        except (OSError, ValueError):
+            return
+
+
+def main(argv: list[str]) -> int:
+    fd, parent, db_path = int(argv[0]), int(argv[1]), argv[2]
+    # A terminal's Ctrl-C reaches the whole process group: the parent decides when we stop (end of file).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _serve(Connection(fd), parent, db_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
