@@ -10,7 +10,8 @@ pre-computed) in four phases:
 - ``quiet``: no writer;
 - ``writers``: three threads add observations as fast as they can;
 - ``writers+maintenance``: the same, while consolidation (entities, gists)
-  and archival run in a loop on the consolidation worker;
+  and archival run in a loop on the consolidation worker (each run's seconds
+  are printed below the table);
 - ``writers only``: the three writers without questions, for the write
   throughput the questions cost.
 
@@ -104,13 +105,17 @@ class Maintenance:
         self.memory = memory
         self.stop = threading.Event()
         self.runs = 0
+        self.reports: list[Any] = []
+        """Every finished run's MaintenanceReport (the one running when the phase ends included)."""
+        self.child_rss_mb = 0.0
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                self.memory.maintenance(timeout=60)
+                self.reports.append(self.memory.maintenance(timeout=60))
                 self.runs += 1
+                self.child_rss_mb = max(self.child_rss_mb, child_rss_mb(self.memory))
             except Exception as exc:  # reported, not fatal: the bench measures the questions
                 print(f"maintenance failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             self.stop.wait(0.2)
@@ -122,6 +127,29 @@ class Maintenance:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
+
+
+def child_rss_mb(memory) -> float:
+    """Resident MB of the maintenance process (0 without one: in-process maintenance)."""
+    offload = getattr(getattr(memory, "_consolidation", None), "offload", None)
+    pid = getattr(offload, "pid", None)
+    if pid is None:
+        return 0.0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def describe_runs(reports: list[Any]) -> str:
+    """Seconds per maintenance run: total (entities + time window + archive)."""
+    if not reports:
+        return "none finished"
+    return "; ".join(f"{r.seconds:.2f} s ({r.entities.seconds:.2f} + {r.consolidation.seconds:.2f} +"
+                     f" {r.archive.seconds:.2f}, {r.archive.observations} archived)" for r in reports)
 
 
 def ask(memory, seconds: float, interval: float) -> list[float]:
@@ -155,6 +183,8 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
     started = time.perf_counter()
     latencies: list[float] = []
     runs = 0
+    reports: list[Any] = []
+    child_mb = 0.0
     if writers is None:
         latencies = ask(memory, seconds, interval)
     else:
@@ -163,6 +193,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
                 with Maintenance(memory) as m:
                     latencies = ask(memory, seconds, interval) if questions else _sleep(seconds)
                     runs = m.runs
+                reports, child_mb = m.reports, m.child_rss_mb
             else:
                 latencies = ask(memory, seconds, interval) if questions else _sleep(seconds)
         added = sum(w.added)
@@ -171,7 +202,8 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
     gc_passes = collections.stop()
     written = stored(memory) - before
     row: dict[str, Any] = {"phase": label, "questions": len(latencies), "seconds": elapsed,
-                           "stored_per_s": written / elapsed, "maintenance_runs": runs}
+                           "stored_per_s": written / elapsed, "maintenance_runs": runs,
+                           "maintenance": describe_runs(reports) if maintenance else "", "child_mb": child_mb}
     if writers is not None:
         row["added_per_s"] = added / elapsed
     row["wal_mb"] = wal.largest / 1e6
@@ -303,6 +335,11 @@ def main() -> None:
                else f"{'-':>8s} {'-':>8s} {'-':>8s} {'-':>8s}")
         print(f"{r['phase']:30s} {r['questions']:9d} {lat} {r.get('added_per_s', 0):9.0f} {r['stored_per_s']:9.0f}"
               f" {r['maintenance_runs']:6d}")
+    for r in results:
+        if r["maintenance"]:
+            print(f"maintenance runs in '{r['phase']}' (the last one finishing after the phase):"
+                  f" {r['maintenance']}" + (f"; maintenance process RSS {r['child_mb']:.0f} MB" if r["child_mb"]
+                                            else ""))
     print("longest writer-lock holds per phase (caller: max / p99 ms, holds):")
     for r in results:
         print(f"  {r['phase']:28s} "
