@@ -105,6 +105,18 @@ def test_the_child_starts_at_the_first_archival_batch_and_stops_with_close(tmp_p
     assert not _alive(pid)
 
 
+def test_the_child_runs_this_copy_whatever_the_working_directory_holds(tmp_path, clock, monkeypatch):
+    decoy = tmp_path / "cwd" / "emem_ros"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('a different emem_ros in the working directory')\n")
+    monkeypatch.chdir(decoy.parent)
+    memory = _patrolled(tmp_path / "m.db", clock)
+    report = memory.maintenance()
+    offload = memory._consolidation.offload
+    assert report.archive.observations > 0 and offload.requests >= 2 and offload.failures == 0
+    memory.close()
+
+
 def test_no_child_without_archival_work(tmp_path, clock):
     memory = open_memory(tmp_path / "m.db", clock)
     memory.add("red mug", x=1.0, y=1.0, timestamp=clock.now)

@@ -9,8 +9,8 @@ part in a child process and gets back plain data (``archive_plan.ArchiveBatch``)
 the serving process keeps every write (cold store, SQLite, announcements).
 
 The child
-- starts lazily, at the first request, as ``python -m emem_ros.consolidation.offload``
-  (a fresh interpreter: never a fork of this multi-threaded one, and unlike
+- starts lazily, at the first request, as a fresh interpreter running ``main``
+  of this very module (never a fork of this multi-threaded one, and unlike
   multiprocessing's 'spawn' it does not re-run the parent's main script,
   which in the ROS node would import rclpy again);
 - reads the database file through its own read-only connection;
@@ -43,6 +43,9 @@ from emem_ros.core.errors import EmemError
 
 log = logging.getLogger(__name__)
 
+_CHILD = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p not in ('', '.')]; "
+          "from emem_ros.consolidation.offload import main; sys.exit(main(sys.argv[2:]))")
+"""The child's command: this copy of emem_ros first on its path, whatever the working directory holds."""
 REPLY_TIMEOUT = 120.0
 """Seconds a request may take before the child is taken as hung (a batch takes well under one)."""
 MAX_FAILURES = 3
@@ -132,14 +135,11 @@ class MaintenanceProcess:
                       self._proc.pid, code)
         self._discard()
         ours, theirs = socket.socketpair()
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "emem_ros.consolidation.offload", str(theirs.fileno()), str(os.getpid()),
-                 str(self.db_path)],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+                [sys.executable, "-c", _CHILD, str(Path(__file__).resolve().parents[2]), str(theirs.fileno()),
+                 str(os.getpid()), str(self.db_path)],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
         except OSError as exc:
             ours.close()
             raise OffloadError(f"cannot start the maintenance process: {exc}") from exc
@@ -209,7 +209,3 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _serve(Connection(fd), parent, db_path)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
