@@ -111,7 +111,7 @@ def test_passes_sharing_rows_store_what_passes_reading_alone_store(tmp_path, clo
     start = clock.now
     for shared in (True, False):
         clock.now = start  # the same patrol at the same times for both
-        memory = open_memory(tmp_path / f"m{shared}.db", clock)
+        memory = open_memory(tmp_path / f"m{shared}.db", clock, maintenance_process=False)  # the memo of this process
         patrol_into(memory, clock, 3000)
         age_past_window(memory, clock)
         service = memory._consolidation

@@ -57,7 +57,9 @@ def _state(path: Path) -> dict:
             "texts": "SELECT id, text, refs FROM texts ORDER BY id",
             "places": "SELECT id, text_id FROM places ORDER BY id",
             "gists": "SELECT id, text, source_count FROM gists ORDER BY id",
-            "entities": "SELECT id, name FROM entities ORDER BY id",
+            "entities": "SELECT * FROM entities ORDER BY id",
+            "edges": "SELECT * FROM edges ORDER BY 1, 2, 3",
+            "marks": "SELECT key, value FROM meta WHERE key NOT LIKE 'body.%' AND key LIKE '%mark%' ORDER BY key",
             "meta": "SELECT key, value FROM meta WHERE key LIKE 'body.%' ORDER BY key",
             "fts": "SELECT rowid FROM texts_fts ORDER BY rowid",
         }
@@ -76,8 +78,9 @@ def test_the_child_and_the_serving_process_archive_the_same(tmp_path):
         report = memory.maintenance()
         service = memory._consolidation
         if process:
-            assert service.offload is not None and service.offload.requests >= 2  # several batches of 97
-            assert service.offload.started == 1
+            assert service.offload is not None and service.offload.started == 1
+            assert service.offload.answered["plan_archive"] >= 2  # several batches of 97
+            assert service.offload.answered["plan_entities"] >= 2
         else:
             assert service.offload is None
         cold = sorted(memory.read_archived(), key=lambda r: r["id"])
@@ -90,6 +93,25 @@ def test_the_child_and_the_serving_process_archive_the_same(tmp_path):
     assert offloaded[:4] == in_process[:4]
     assert offloaded[4] == in_process[4]  # every cold-store record, field by field
     assert offloaded[5] == in_process[5]
+
+
+class _QuietLLM:
+    """An LLM that never answers: summaries and entity names fall back, but it is configured."""
+
+    def summarize(self, texts, context):
+        return None
+
+    def extract_entities(self, texts):
+        return None
+
+
+def test_with_an_llm_entities_are_read_in_the_serving_process(tmp_path, clock):
+    memory = _patrolled(tmp_path / "m.db", clock, llm=_QuietLLM())
+    report = memory.maintenance()
+    offload = memory._consolidation.offload
+    assert report.entities.created > 0 and report.archive.observations > 0
+    assert "plan_entities" not in offload.answered and offload.answered["plan_archive"] >= 1
+    memory.close()
 
 
 def test_the_child_starts_at_the_first_archival_batch_and_stops_with_close(tmp_path, clock):
@@ -117,13 +139,13 @@ def test_the_child_runs_this_copy_whatever_the_working_directory_holds(tmp_path,
     memory.close()
 
 
-def test_no_child_without_archival_work(tmp_path, clock):
+def test_one_child_serves_every_request_of_a_run(tmp_path, clock):
     memory = open_memory(tmp_path / "m.db", clock)
     memory.add("red mug", x=1.0, y=1.0, timestamp=clock.now)
     memory.flush()
-    memory.maintenance()  # archive_after_seconds (an hour) has not passed: still one (empty) batch read
+    memory.maintenance()  # entities (twice: before archival too) and one empty archival batch
     offload = memory._consolidation.offload
-    assert offload.started == 1 and offload.requests == 1
+    assert offload.started == 1 and offload.requests >= 3
     memory.close()
     assert offload.pid is None
 

@@ -110,6 +110,7 @@ from emem_ros.consolidation import entity_journal
 from emem_ros.consolidation.entity_bearings import BearingTrack, fix_radius, partition, points_at
 from emem_ros.consolidation.entity_journal import EntityPlan, Progress, encode_vector
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
+from emem_ros.consolidation.offload import MaintenanceProcess, OffloadError
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
@@ -500,11 +501,27 @@ def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
     return sorted(((other, float(w)) for other, w in rows), key=lambda r: (-r[1], int(r[0].split("-")[1])))
 
 
+@dataclass
+class SightingStep:
+    """One step's reading, as plain data: its visits' sightings and the marks to write with them."""
+
+    sightings: list[list[Sighting]]
+    marks: Marks
+    deferred: int
+    observations: int
+    more: bool
+    llm_calls: int = 0
+
+
 class EntityExtractor:
-    def __init__(self, engine: "Engine", summarizer: Any = None, rows: Optional[RowMemo] = None) -> None:
+    """``offload``: read steps in the maintenance process (``offload.py``) when no LLM is configured."""
+
+    def __init__(self, engine: "Engine", summarizer: Any = None, rows: Optional[RowMemo] = None,
+                 offload: Optional[MaintenanceProcess] = None) -> None:
         self.engine = engine
         self.summarizer = summarizer
         self.rows = rows
+        self.offload = offload
         """Rows a time-window pass already read (shared with it; None: read everything)."""
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._text_names: OrderedDict[str, Optional[list[str]]] = OrderedDict()
@@ -531,11 +548,44 @@ class EntityExtractor:
         return report
 
     def _step(self, report: EntityReport, final: bool, stop: Optional[threading.Event] = None) -> bool:
-        engine, store = self.engine, self.engine.store
+        store = self.engine.store
         left = entity_journal.pending(store)
         if left is not None:  # a crashed or stopped step: finish it before reading anything new
             return self._apply(*left, stop, report)
-        conn = store.reader()
+        step = self._read(final, stop)
+        if step is None:
+            return False
+        report.deferred = step.deferred
+        report.llm_calls += step.llm_calls
+        self._resolve_and_write(step.sightings, step.marks, report, stop)
+        report.observations += step.observations
+        return step.more
+
+    def _read(self, final: bool, stop: Optional[threading.Event]) -> Optional["SightingStep"]:
+        """The next step's sightings: from the maintenance process when there is one and no LLM reads free
+        text (it calls the LLM from here), else read here."""
+        engine = self.engine
+        offload = self.offload
+        if offload is not None and offload.usable and self.summarizer is None:
+            try:
+                step = offload.request("plan_entities", None if stop is None else stop.is_set,
+                                       config=engine.config, now=engine.now(), final=final)
+                if step is None or isinstance(step, SightingStep):
+                    return step
+                raise OffloadError(f"the maintenance process answered {type(step).__name__}")
+            except OffloadError as exc:
+                if stop is None or not stop.is_set():
+                    log.error("entities: %s; reading this step in the serving process%s", exc,
+                              "" if offload.usable else " (and from now on)")
+        return self.plan_step(engine.store.reader(), engine.config, engine.now(), final, stop)
+
+    def plan_step(self, conn: Any, config: Any, now: float, final: bool,
+                  stop: Optional[threading.Event] = None) -> Optional["SightingStep"]:
+        """Read what is new since the marks, cut it into visits and those into sightings (no writes).
+
+        Needs only a read connection, so the maintenance process runs it too
+        (``offload.py``); None when nothing is new.
+        """
         marks = read_marks(conn, ENTITY_MARKS)
         top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
         base = "o.text_id IS NOT NULL AND o.tier != 'archived'"
@@ -554,12 +604,12 @@ class EntityExtractor:
             if late_limited:
                 top_id = min(top_id, late[-1].id)
         if not fresh and not late:
-            return False
-        params = cluster_params(engine.config, min_samples=1)
+            return None
+        params = cluster_params(config, min_samples=1)
         if final and not limited:
             horizon = None
         else:
-            horizon = fresh[-1].stamp if limited else max(engine.now(), fresh[-1].stamp if fresh else -math.inf)
+            horizon = fresh[-1].stamp if limited else max(now, fresh[-1].stamp if fresh else -math.inf)
         clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, horizon)
         if limited and deferred_from is not None and marks.stamp is not None and deferred_from <= marks.stamp:
             clusters, _, deferred, deferred_from = clusters_of(fresh, params, False, None)
@@ -575,17 +625,15 @@ class EntityExtractor:
             new_stamp = marks.stamp
         if marks.stamp is not None and new_stamp is not None:
             new_stamp = max(new_stamp, marks.stamp)
-        new_marks = Marks(stamp=new_stamp, id=max(marks.id, int(top_id)))
-        report.deferred = len(deferred)
-
+        calls = EntityReport()
         kinds = classify_layers([r for c in clusters for r in c])
         sightings_by_cluster = []
         for cluster in clusters:
             _let_questions_go(stop)
-            sightings_by_cluster.append(self._sightings(cluster, kinds, report))
-        self._resolve_and_write(sightings_by_cluster, new_marks, report, stop)
-        report.observations += sum(len(c) for c in clusters)
-        return limited or late_limited
+            sightings_by_cluster.append(self._sightings(cluster, kinds, calls))
+        return SightingStep(sightings=sightings_by_cluster, marks=Marks(stamp=new_stamp, id=max(marks.id, int(top_id))),
+                            deferred=len(deferred), observations=sum(len(c) for c in clusters),
+                            more=limited or late_limited, llm_calls=calls.llm_calls)
 
     # ------------------------------------------------------------------ sightings
     def _sightings(self, rows: Sequence[ObsRow], kinds: dict[str, LayerKind], report: EntityReport) -> list[Sighting]:

@@ -70,6 +70,8 @@ class MaintenanceProcess:
         self.failures = 0
         """Failures in a row (a success resets it)."""
         self.requests = 0
+        self.answered: dict[str, int] = {}
+        """Requests answered, by name."""
         self.started = 0
         """Child processes started so far."""
 
@@ -112,6 +114,7 @@ class MaintenanceProcess:
                 raise OffloadError(f"the maintenance process failed on {name}: {value}")
             self.failures = 0
             self.requests += 1
+            self.answered[name] = self.answered.get(name, 0) + 1
             return value
 
     def _wait(self, conn: Connection, stop: Optional[Callable[[], bool]]) -> Any:
@@ -177,8 +180,36 @@ class MaintenanceProcess:
 
 
 # ---------------------------------------------------------------------- the child
+class _Planner:
+    """The child's side: a read-only connection and the state its plans keep between requests."""
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+        self._db: Optional[sqlite3.Connection] = None
+        self._entities: Any = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(Path(self.db_path).resolve().as_uri() + "?mode=ro", uri=True,
+                                       isolation_level=None)
+            self._db.execute("PRAGMA busy_timeout=30000")
+        return self._db
+
+    def answer(self, name: str, args: dict[str, Any]) -> Any:
+        if name == "plan_archive":
+            return plan_batch(self.db, **args)
+        if name == "plan_entities":
+            if self._entities is None:
+                from emem_ros.consolidation.entities import EntityExtractor  # imports this module
+
+                self._entities = EntityExtractor(None, None)  # type: ignore[arg-type]  # reads only
+            return self._entities.plan_step(self.db, args["config"], args["now"], args["final"])
+        raise ValueError(f"unknown request {name!r}")
+
+
 def _serve(conn: Connection, parent: int, db_path: str) -> None:
-    db: Optional[sqlite3.Connection] = None
+    planner = _Planner(db_path)
     while True:
         if not conn.poll(1.0):
             if os.getppid() != parent:  # the parent died (and someone else holds our pipe)
@@ -189,12 +220,7 @@ def _serve(conn: Connection, parent: int, db_path: str) -> None:
         except (EOFError, OSError):  # the parent closed or died
             return
         try:
-            if name != "plan_archive":
-                raise ValueError(f"unknown request {name!r}")
-            if db is None:
-                db = sqlite3.connect(Path(db_path).resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None)
-                db.execute("PRAGMA busy_timeout=30000")
-            answer: tuple[str, Any] = ("ok", plan_batch(db, **args))
+            answer: tuple[str, Any] = ("ok", planner.answer(name, args))
         except Exception:  # reported to the parent, which does the work itself
             answer = ("error", traceback.format_exc(limit=8))
         try:

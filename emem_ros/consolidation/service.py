@@ -81,12 +81,12 @@ class ConsolidationService:
         """Rows shared by the time-window and entity passes (see ``RowMemo``)."""
         self.time_window = TimeWindowConsolidator(engine, self.writer, self.rows)
         self.episodes = EpisodeConsolidator(engine, self.writer, self.book)
-        self.entities = EntityExtractor(engine, self.summarizer, self.rows)
         path = Path(engine.config.db_path)
-        self.cold = ColdStore(path.with_name(path.name + ".cold"))
         self.offload = (MaintenanceProcess(path) if engine.config.maintenance_process and path.is_file()
                         else None)
-        """The child process that archival's read-and-encode runs in (started at its first batch)."""
+        """The child process that entity and archival reading runs in (started at its first request)."""
+        self.entities = EntityExtractor(engine, self.summarizer, self.rows, self.offload)
+        self.cold = ColdStore(path.with_name(path.name + ".cold"))
         self.archiver = Archiver(engine, self.cold, self.offload)
         self.retention: Optional[Callable[[], Any]] = None
         """Run after archival by maintenance (the facade sets it to apply the retention policies)."""
