@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 
 from emem_ros.consolidation.clustering import ClusterParams, cluster_stream
+from emem_ros.consolidation.offload import MaintenanceProcess, OffloadError
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, fetch_rows, in_list
 from emem_ros.consolidation.state import (
     CONSOLIDATION_MARKS,
@@ -236,10 +237,12 @@ def _parts(batch: Sequence[GistDraft], rows: int) -> list[list[GistDraft]]:
     return parts
 
 
-def write_gists(engine: "Engine", clusters: Sequence[Sequence[ObsRow]], draft: Callable[[Sequence[ObsRow]], GistDraft],
+def write_gists(engine: "Engine", clusters: Sequence[Any], draft: Callable[[Any], GistDraft],
                 now: float, stop: Optional[threading.Event] = None,
                 finish: Optional[Callable[[Any], None]] = None) -> WriteOutcome:
     """Summarise, embed and store clusters a few per transaction; ``finish(conn)`` runs in the last one.
+
+    ``draft`` turns an item of ``clusters`` (rows, or a draft already made) into a ``GistDraft``.
 
     A transaction promotes about as many observations as ~25 ms of writer
     lock allows (``TransactionBudget``), so a question never waits long.
@@ -304,11 +307,14 @@ def blocked_episodes(conn: Any, pending: Sequence[int]) -> list[int]:
 class TimeWindowConsolidator:
     """Old short-term observations -> gists, incrementally (see ``state.py`` for the marks)."""
 
-    def __init__(self, engine: "Engine", writer: SummaryWriter, rows: Optional[RowMemo] = None) -> None:
+    def __init__(self, engine: "Engine", writer: SummaryWriter, rows: Optional[RowMemo] = None,
+                 offload: Optional[MaintenanceProcess] = None) -> None:
         self.engine = engine
         self.writer = writer
         self.rows = rows
         """Rows an entity pass already read (shared with it; None: read everything)."""
+        self.offload = offload
+        """Steps read and drafted in the maintenance process (``offload.py``) when no LLM writes summaries."""
 
     def run(self, stop: Optional[threading.Event] = None) -> ConsolidationReport:
         started = time.perf_counter()
@@ -334,8 +340,62 @@ class TimeWindowConsolidator:
     def _step(self, cutoff: float, params: ClusterParams, report: ConsolidationReport,
               stop: Optional[threading.Event]) -> bool:
         """One bounded step; returns True when more rows are waiting."""
-        engine, store = self.engine, self.engine.store
-        conn = store.reader()
+        engine = self.engine
+        step = self._read(cutoff, params, stop)
+        report.candidates += step.candidates
+        handled_released = set(step.released)
+
+        def finish(wconn: Any) -> None:
+            write_marks(wconn, CONSOLIDATION_MARKS, step.marks)
+            if handled_released:
+                current = read_episode_queue(wconn)
+                current.released = [e for e in current.released if e not in handled_released]
+                write_episode_queue(wconn, current)
+
+        draft: Callable[[Any], GistDraft]
+        if step.drafted:
+            draft = self._drafted
+        else:
+            kinds = step.kinds
+            draft = lambda rows: draft_gist(rows, kinds, self.writer, "time_window")  # noqa: E731
+        outcome = write_gists(engine, step.clusters, draft, engine.now(), stop, finish)
+        report.gist_ids += [make_id(NodeKind.GIST, i) for i in outcome.gist_ids]
+        report.observations += outcome.observations
+        report.readings += outcome.readings
+        report.body_only += outcome.body_only
+        report.noise += step.noise
+        report.deferred = step.deferred
+        if not outcome.completed:
+            report.complete = False
+            return False
+        return step.more
+
+    def _drafted(self, item: GistDraft) -> GistDraft:
+        """A draft the maintenance process made: counted as the fallback summary it is (no LLM there)."""
+        if not item.body_only:
+            self.writer.stats.fallback += 1
+        return item
+
+    def _read(self, cutoff: float, params: ClusterParams, stop: Optional[threading.Event]) -> "WindowStep":
+        """The next step: from the maintenance process (clusters already drafted) when no LLM writes the
+        summaries (it is called from here), else read here."""
+        engine = self.engine
+        offload = self.offload
+        if offload is not None and offload.usable and self.writer.summarizer is None:
+            try:
+                step = offload.request("plan_time_window", None if stop is None else stop.is_set,
+                                       config=engine.config, cutoff=cutoff)
+                if isinstance(step, WindowStep):
+                    return step
+                raise OffloadError(f"the maintenance process answered {type(step).__name__}")
+            except OffloadError as exc:
+                if stop is None or not stop.is_set():
+                    log.error("time-window consolidation: %s; reading this step in the serving process%s", exc,
+                              "" if offload.usable else " (and from now on)")
+        return self.plan_step(engine.store.reader(), engine.config, cutoff, params)
+
+    def plan_step(self, conn: Any, config: Any, cutoff: float, params: ClusterParams) -> "WindowStep":
+        """Read the rows due and cut them into clusters (no writes); the maintenance process runs it too."""
         marks = read_marks(conn, CONSOLIDATION_MARKS)
         queue = read_episode_queue(conn)
         blocked = blocked_episodes(conn, queue.pending)
@@ -365,10 +425,9 @@ class TimeWindowConsolidator:
                 seen = {r.id for r in late}
                 late += [r for r in fetch_rows(conn, f"{base} AND {where} AND o.stamp < ?",
                                                [*blocked_params, *values, marks.stamp]) if r.id not in seen]
-        report.candidates += len(fresh) + len(late)
 
         horizon = fresh[-1].stamp if limited else cutoff
-        per_layer = bool(engine.config.consolidation_per_layer)
+        per_layer = bool(config.consolidation_per_layer)
         clusters, noise, deferred, deferred_from = clusters_of(fresh, params, per_layer, horizon)
         if deferred_from is not None:
             new_stamp = deferred_from
@@ -389,26 +448,29 @@ class TimeWindowConsolidator:
             noise += late_noise
         new_marks = Marks(stamp=new_stamp, id=max(marks.id, int(top_id)))
 
-        kinds = classify_layers([r for c in clusters for r in c])
-        handled_released = set(released)
+        return WindowStep(clusters=clusters, kinds=classify_layers([r for c in clusters for r in c]),
+                          noise=len(noise), deferred=len(deferred), candidates=len(fresh) + len(late), marks=new_marks,
+                          released=list(released), more=limited or late_limited)
 
-        def finish(wconn: Any) -> None:
-            write_marks(wconn, CONSOLIDATION_MARKS, new_marks)
-            if handled_released:
-                current = read_episode_queue(wconn)
-                current.released = [e for e in current.released if e not in handled_released]
-                write_episode_queue(wconn, current)
+    def plan_drafts(self, conn: Any, config: Any, cutoff: float) -> "WindowStep":
+        """``plan_step`` with every cluster drafted (plain summaries): what the maintenance process returns."""
+        step = self.plan_step(conn, config, cutoff, cluster_params(config))
+        step.clusters = [draft_gist(rows, step.kinds, self.writer, "time_window") for rows in step.clusters]
+        step.kinds, step.drafted = {}, True
+        return step
 
-        outcome = write_gists(
-            engine, clusters, lambda rows: draft_gist(rows, kinds, self.writer, "time_window"),
-            engine.now(), stop, finish)
-        report.gist_ids += [make_id(NodeKind.GIST, i) for i in outcome.gist_ids]
-        report.observations += outcome.observations
-        report.readings += outcome.readings
-        report.body_only += outcome.body_only
-        report.noise += len(noise)
-        report.deferred = len(deferred)
-        if not outcome.completed:
-            report.complete = False
-            return False
-        return limited or late_limited
+
+@dataclass
+class WindowStep:
+    """One time-window step's reading: its clusters (or their drafts) and the marks to write with them."""
+
+    clusters: list[Any]
+    """Row lists, or ``GistDraft``s when ``drafted``."""
+    kinds: dict[str, LayerKind]
+    noise: int
+    deferred: int
+    candidates: int
+    marks: Marks
+    released: list[int]
+    more: bool
+    drafted: bool = False

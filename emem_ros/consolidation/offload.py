@@ -51,6 +51,7 @@ REPLY_TIMEOUT = 120.0
 MAX_FAILURES = 3
 """Failures in a row after which the work stays in the serving process."""
 _POLL = 0.1
+_ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class OffloadError(EmemError):
@@ -138,11 +139,14 @@ class MaintenanceProcess:
                       self._proc.pid, code)
         self._discard()
         ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        for name in _ONE_THREAD:  # its numpy work is small: no BLAS thread pool (memory, a core each)
+            env.setdefault(name, "1")
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _CHILD, str(Path(__file__).resolve().parents[2]), str(theirs.fileno()),
                  str(os.getpid()), str(self.db_path)],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True, env=env)
         except OSError as exc:
             ours.close()
             raise OffloadError(f"cannot start the maintenance process: {exc}") from exc
@@ -187,6 +191,7 @@ class _Planner:
         self.db_path = db_path
         self._db: Optional[sqlite3.Connection] = None
         self._entities: Any = None
+        self._window: Any = None
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -200,12 +205,23 @@ class _Planner:
         if name == "plan_archive":
             return plan_batch(self.db, **args)
         if name == "plan_entities":
-            if self._entities is None:
-                from emem_ros.consolidation.entities import EntityExtractor  # imports this module
-
-                self._entities = EntityExtractor(None, None)  # type: ignore[arg-type]  # reads only
-            return self._entities.plan_step(self.db, args["config"], args["now"], args["final"])
+            return self._passes()[0].plan_step(self.db, args["config"], args["now"], args["final"])
+        if name == "plan_time_window":
+            return self._passes()[1].plan_drafts(self.db, args["config"], args["cutoff"])
         raise ValueError(f"unknown request {name!r}")
+
+    def _passes(self) -> tuple[Any, Any]:
+        """The entity and time-window passes (reading only), sharing their rows as in the serving process."""
+        if self._entities is None:
+            from emem_ros.consolidation.entities import EntityExtractor  # both import this module
+            from emem_ros.consolidation.gists import TimeWindowConsolidator
+            from emem_ros.consolidation.rows import RowMemo
+            from emem_ros.consolidation.summaries import SummaryWriter
+
+            rows = RowMemo()
+            self._entities = EntityExtractor(None, None, rows)  # type: ignore[arg-type]  # no engine: reads only
+            self._window = TimeWindowConsolidator(None, SummaryWriter(None), rows)  # type: ignore[arg-type]
+        return self._entities, self._window
 
 
 def _serve(conn: Connection, parent: int, db_path: str) -> None:

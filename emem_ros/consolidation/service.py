@@ -79,12 +79,12 @@ class ConsolidationService:
         self.book = EpisodeBook(engine)
         self.rows = RowMemo()
         """Rows shared by the time-window and entity passes (see ``RowMemo``)."""
-        self.time_window = TimeWindowConsolidator(engine, self.writer, self.rows)
-        self.episodes = EpisodeConsolidator(engine, self.writer, self.book)
         path = Path(engine.config.db_path)
         self.offload = (MaintenanceProcess(path) if engine.config.maintenance_process and path.is_file()
                         else None)
-        """The child process that entity and archival reading runs in (started at its first request)."""
+        """The child process that maintenance's reading and planning run in (started at its first request)."""
+        self.time_window = TimeWindowConsolidator(engine, self.writer, self.rows, self.offload)
+        self.episodes = EpisodeConsolidator(engine, self.writer, self.book)
         self.entities = EntityExtractor(engine, self.summarizer, self.rows, self.offload)
         self.cold = ColdStore(path.with_name(path.name + ".cold"))
         self.archiver = Archiver(engine, self.cold, self.offload)
