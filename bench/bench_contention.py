@@ -108,6 +108,8 @@ class Maintenance:
         self.reports: list[Any] = []
         """Every finished run's MaintenanceReport (the one running when the phase ends included)."""
         self.child_rss_mb = 0.0
+        self.rss_mb = 0.0
+        """The largest resident size of this (serving) process at the end of a run."""
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -116,6 +118,7 @@ class Maintenance:
                 self.reports.append(self.memory.maintenance(timeout=60))
                 self.runs += 1
                 self.child_rss_mb = max(self.child_rss_mb, child_rss_mb(self.memory))
+                self.rss_mb = max(self.rss_mb, rss_mb(os.getpid()))
             except Exception as exc:  # reported, not fatal: the bench measures the questions
                 print(f"maintenance failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             self.stop.wait(0.2)
@@ -133,8 +136,10 @@ def child_rss_mb(memory) -> float:
     """Resident MB of the maintenance process (0 without one: in-process maintenance)."""
     offload = getattr(getattr(memory, "_consolidation", None), "offload", None)
     pid = getattr(offload, "pid", None)
-    if pid is None:
-        return 0.0
+    return 0.0 if pid is None else rss_mb(pid)
+
+
+def rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -184,7 +189,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
     latencies: list[float] = []
     runs = 0
     reports: list[Any] = []
-    child_mb = 0.0
+    child_mb = own_mb = 0.0
     if writers is None:
         latencies = ask(memory, seconds, interval)
     else:
@@ -193,7 +198,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
                 with Maintenance(memory) as m:
                     latencies = ask(memory, seconds, interval) if questions else _sleep(seconds)
                     runs = m.runs
-                reports, child_mb = m.reports, m.child_rss_mb
+                reports, child_mb, own_mb = m.reports, m.child_rss_mb, m.rss_mb
             else:
                 latencies = ask(memory, seconds, interval) if questions else _sleep(seconds)
         added = sum(w.added)
@@ -203,7 +208,7 @@ def phase(memory, label: str, seconds: float, interval: float, writers: Callable
     written = stored(memory) - before
     row: dict[str, Any] = {"phase": label, "questions": len(latencies), "seconds": elapsed,
                            "stored_per_s": written / elapsed, "maintenance_runs": runs,
-                           "maintenance": describe_runs(reports) if maintenance else "", "child_mb": child_mb}
+                           "maintenance": describe_runs(reports) if maintenance else "", "child_mb": child_mb, "own_mb": own_mb}
     if writers is not None:
         row["added_per_s"] = added / elapsed
     row["wal_mb"] = wal.largest / 1e6
@@ -338,8 +343,8 @@ def main() -> None:
     for r in results:
         if r["maintenance"]:
             print(f"maintenance runs in '{r['phase']}' (the last one finishing after the phase):"
-                  f" {r['maintenance']}" + (f"; maintenance process RSS {r['child_mb']:.0f} MB" if r["child_mb"]
-                                            else ""))
+                  f" {r['maintenance']}; serving process RSS {r['own_mb']:.0f} MB"
+                  + (f", maintenance process {r['child_mb']:.0f} MB" if r["child_mb"] else ""))
     print("longest writer-lock holds per phase (caller: max / p99 ms, holds):")
     for r in results:
         print(f"  {r['phase']:28s} "

@@ -152,6 +152,22 @@ def test_one_child_serves_every_request_of_a_run(tmp_path, clock):
     assert offload.pid is None
 
 
+def test_an_idle_child_leaves_and_the_next_request_starts_another(tmp_path, clock, caplog):
+    memory = _patrolled(tmp_path / "m.db", clock)
+    offload = memory._consolidation.offload
+    offload.idle_exit = 2.5
+    with caplog.at_level(logging.WARNING, logger="emem_ros.consolidation"):
+        memory.extract_entities()
+        first = offload.pid
+        assert first is not None
+        assert _wait_gone(first, 10.0)  # on its own, the parent still open
+        report = memory.maintenance()
+    assert report.archive.observations > 0 and report.consolidation.gists > 0
+    assert offload.started == 2 and offload.failures == 0
+    assert not [r for r in caplog.records if r.name.startswith("emem_ros.consolidation")]
+    memory.close()
+
+
 def test_the_child_exits_when_its_parent_is_killed(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time

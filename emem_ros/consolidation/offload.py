@@ -15,7 +15,9 @@ The child
   which in the ROS node would import rclpy again);
 - reads the database file through its own read-only connection;
 - stops by itself when the parent closes its end of the pipe or dies (end
-  of file on the pipe; it also checks its parent id every second);
+  of file on the pipe; it also checks its parent id every second), and after
+  ``IDLE_EXIT`` seconds without a request (its rows and plans, ~200 MB at
+  the bench's backlog, are not kept between maintenance runs);
 - is replaced after a crash or a hang: the request fails with
   ``OffloadError``, the caller logs it and does the work itself (nothing is
   written by the child, so nothing is lost); after ``MAX_FAILURES`` in a
@@ -48,6 +50,10 @@ _CHILD = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p n
 """The child's command: this copy of emem_ros first on its path, whatever the working directory holds."""
 REPLY_TIMEOUT = 120.0
 """Seconds a request may take before the child is taken as hung (a batch takes well under one)."""
+IDLE_EXIT = 30.0
+"""Seconds without a request after which the child exits (its memory goes back between maintenance runs)."""
+_IDLE_MARGIN = 2.0
+"""A child idle this close to ``IDLE_EXIT`` is replaced rather than sent a request it might not read."""
 MAX_FAILURES = 3
 """Failures in a row after which the work stays in the serving process."""
 _POLL = 0.1
@@ -61,9 +67,12 @@ class OffloadError(EmemError):
 class MaintenanceProcess:
     """The parent's handle on the child (one request at a time; thread-safe)."""
 
-    def __init__(self, db_path: Path, reply_timeout: float = REPLY_TIMEOUT) -> None:
+    def __init__(self, db_path: Path, reply_timeout: float = REPLY_TIMEOUT, idle_exit: float = IDLE_EXIT) -> None:
         self.db_path = Path(db_path)
         self.reply_timeout = reply_timeout
+        self.idle_exit = idle_exit
+        self._last = 0.0
+        """When the child last answered (it leaves after ``idle_exit`` s without a request)."""
         self._lock = threading.Lock()
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._conn: Optional[Connection] = None
@@ -103,6 +112,7 @@ class MaintenanceProcess:
                 conn = self._ensure()
                 conn.send((name, args))
                 answer = self._wait(conn, stop)
+                self._last = time.monotonic()
             except OffloadError:
                 self._fail()
                 raise
@@ -133,10 +143,12 @@ class MaintenanceProcess:
     def _ensure(self) -> Connection:
         if self._conn is not None and self._proc is not None:
             code = self._proc.poll()
-            if code is None:
+            if code is None and time.monotonic() - self._last < self.idle_exit - _IDLE_MARGIN:
                 return self._conn
-            log.error("the maintenance process %d exited (code %s) between requests; starting a new one",
-                      self._proc.pid, code)
+            if code:  # 0: it left after IDLE_EXIT, as it should
+                log.error("the maintenance process %d exited (code %s) between requests; starting a new one",
+                          self._proc.pid, code)
+            # else it is about to leave (idle): let it go rather than race its exit with a request
         self._discard()
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
@@ -145,7 +157,7 @@ class MaintenanceProcess:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _CHILD, str(Path(__file__).resolve().parents[2]), str(theirs.fileno()),
-                 str(os.getpid()), str(self.db_path)],
+                 str(os.getpid()), str(self.db_path), repr(self.idle_exit)],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True, env=env)
         except OSError as exc:
             ours.close()
@@ -153,6 +165,7 @@ class MaintenanceProcess:
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
+        self._last = time.monotonic()
         self.started += 1
         log.debug("maintenance process %d started", self._proc.pid)
         return self._conn
@@ -224,11 +237,14 @@ class _Planner:
         return self._entities, self._window
 
 
-def _serve(conn: Connection, parent: int, db_path: str) -> None:
+def _serve(conn: Connection, parent: int, db_path: str, idle_exit: float) -> None:
     planner = _Planner(db_path)
+    last = time.monotonic()
     while True:
-        if not conn.poll(1.0):
+        if not conn.poll(min(1.0, idle_exit)):
             if os.getppid() != parent:  # the parent died (and someone else holds our pipe)
+                return
+            if time.monotonic() - last >= idle_exit:  # the parent starts a new one when needed
                 return
             continue
         try:
@@ -243,11 +259,12 @@ def _serve(conn: Connection, parent: int, db_path: str) -> None:
             conn.send(answer)
         except (OSError, ValueError):
             return
+        last = time.monotonic()
 
 
 def main(argv: list[str]) -> int:
-    fd, parent, db_path = int(argv[0]), int(argv[1]), argv[2]
+    fd, parent, db_path, idle_exit = int(argv[0]), int(argv[1]), argv[2], float(argv[3])
     # A terminal's Ctrl-C reaches the whole process group: the parent decides when we stop (end of file).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _serve(Connection(fd), parent, db_path)
+    _serve(Connection(fd), parent, db_path, idle_exit)
     return 0
