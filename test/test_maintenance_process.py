@@ -253,3 +253,18 @@ def test_a_child_that_keeps_failing_is_given_up_and_archival_still_completes(tmp
 def test_maintenance_process_must_be_a_bool(tmp_path, clock):
     with pytest.raises(InvalidInputError, match="maintenance_process"):
         open_memory(tmp_path / "m.db", clock, maintenance_process="yes")
+
+
+def test_a_request_the_child_cannot_do_fails_plainly_and_the_child_stays(tmp_path, clock):
+    from emem_ros.consolidation.offload import OffloadError
+
+    memory = _patrolled(tmp_path / "m.db", clock)
+    offload = memory._consolidation.offload
+    memory.extract_entities()
+    pid = offload.pid
+    with pytest.raises(OffloadError, match="unknown request 'nonsense'"):
+        offload.request("nonsense")
+    assert offload.pid == pid and offload.failures == 1
+    memory.consolidate_time_window()  # the next request works and resets the count
+    assert offload.pid == pid and offload.failures == 0
+    memory.close()

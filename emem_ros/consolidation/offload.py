@@ -9,8 +9,8 @@ part in a child process and gets back plain data (``archive_plan.ArchiveBatch``)
 the serving process keeps every write (cold store, SQLite, announcements).
 
 The child
-- starts lazily, at the first request, as a fresh interpreter running ``main``
-  of this very module (never a fork of this multi-threaded one, and unlike
+- starts lazily, at the first request, as a fresh interpreter running
+  ``offload_child.main`` (never a fork of this multi-threaded one, and unlike
   multiprocessing's 'spawn' it does not re-run the parent's main script,
   which in the ROS node would import rclpy again);
 - reads the database file through its own read-only connection;
@@ -28,25 +28,22 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from emem_ros.consolidation.archive_plan import ArchiveBatch, plan_batch
+from emem_ros.consolidation.archive_plan import ArchiveBatch
 from emem_ros.core.errors import EmemError
 
 log = logging.getLogger(__name__)
 
 _CHILD = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p not in ('', '.')]; "
-          "from emem_ros.consolidation.offload import main; sys.exit(main(sys.argv[2:]))")
+          "from emem_ros.consolidation.offload_child import main; sys.exit(main(sys.argv[2:]))")
 """The child's command: this copy of emem_ros first on its path, whatever the working directory holds."""
 REPLY_TIMEOUT = 120.0
 """Seconds a request may take before the child is taken as hung (a batch takes well under one)."""
@@ -194,77 +191,3 @@ class MaintenanceProcess:
         self._closed = True  # a request in flight sees it within 0.1 s and lets go of the lock
         with self._lock:
             self._discard()
-
-
-# ---------------------------------------------------------------------- the child
-class _Planner:
-    """The child's side: a read-only connection and the state its plans keep between requests."""
-
-    def __init__(self, db_path: str) -> None:
-        self.db_path = db_path
-        self._db: Optional[sqlite3.Connection] = None
-        self._entities: Any = None
-        self._window: Any = None
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            self._db = sqlite3.connect(Path(self.db_path).resolve().as_uri() + "?mode=ro", uri=True,
-                                       isolation_level=None)
-            self._db.execute("PRAGMA busy_timeout=30000")
-        return self._db
-
-    def answer(self, name: str, args: dict[str, Any]) -> Any:
-        if name == "plan_archive":
-            return plan_batch(self.db, **args)
-        if name == "plan_entities":
-            return self._passes()[0].plan_step(self.db, args["config"], args["now"], args["final"])
-        if name == "plan_time_window":
-            return self._passes()[1].plan_drafts(self.db, args["config"], args["cutoff"])
-        raise ValueError(f"unknown request {name!r}")
-
-    def _passes(self) -> tuple[Any, Any]:
-        """The entity and time-window passes (reading only), sharing their rows as in the serving process."""
-        if self._entities is None:
-            from emem_ros.consolidation.entities import EntityExtractor  # both import this module
-            from emem_ros.consolidation.gists import TimeWindowConsolidator
-            from emem_ros.consolidation.rows import RowMemo
-            from emem_ros.consolidation.summaries import SummaryWriter
-
-            rows = RowMemo()
-            self._entities = EntityExtractor(None, None, rows)  # type: ignore[arg-type]  # no engine: reads only
-            self._window = TimeWindowConsolidator(None, SummaryWriter(None), rows)  # type: ignore[arg-type]
-        return self._entities, self._window
-
-
-def _serve(conn: Connection, parent: int, db_path: str, idle_exit: float) -> None:
-    planner = _Planner(db_path)
-    last = time.monotonic()
-    while True:
-        if not conn.poll(min(1.0, idle_exit)):
-            if os.getppid() != parent:  # the parent died (and someone else holds our pipe)
-                return
-            if time.monotonic() - last >= idle_exit:  # the parent starts a new one when needed
-                return
-            continue
-        try:
-            name, args = conn.recv()
-        except (EOFError, OSError):  # the parent closed or died
-            return
-        try:
-            answer: tuple[str, Any] = ("ok", planner.answer(name, args))
-        except Exception:  # reported to the parent, which does the work itself
-            answer = ("error", traceback.format_exc(limit=8))
-        try:
-            conn.send(answer)
-        except (OSError, ValueError):
-            return
-        last = time.monotonic()
-
-
-def main(argv: list[str]) -> int:
-    fd, parent, db_path, idle_exit = int(argv[0]), int(argv[1]), argv[2], float(argv[3])
-    # A terminal's Ctrl-C reaches the whole process group: the parent decides when we stop (end of file).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _serve(Connection(fd), parent, db_path, idle_exit)
-    return 0
