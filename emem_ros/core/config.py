@@ -59,8 +59,9 @@ class MemoryConfig:
     """Seconds at most that Python's automatic garbage collection stays off while a consolidation job runs
     (its full collections stall every thread 100+ ms; see core/collector.py). 0 = never turned off."""
     maintenance_process: bool = True
-    """Archival reads and encodes its batches in a child process (consolidation/offload.py), so that
-    interpreter time does not stretch questions and flushes; False (or a failing child) does it in-process."""
+    """Maintenance reads and plans (entity sightings, gist drafts, archival batches) in a child process
+    (consolidation/offload.py), so its interpreter time does not stretch questions and flushes; every write
+    stays here. False (or a failing child) does it all in this process; with an LLM, entities and gists do."""
     maintenance_interval: float = 0.0
     """Seconds between automatic maintenance runs on the consolidation worker (0 = only on call)."""
     llm_timeout: float = 120.0

@@ -206,7 +206,7 @@ _MEMORY_DESCRIPTIONS = {
     "consolidation_min_dwell": "Seconds away from a place before a new place starts.",
     "consolidation_close_timeout": "Seconds close() lets queued consolidation finish.",
     "consolidation_gc_pause": "Seconds at most that garbage collection stays off during a consolidation job (0 = never).",
-    "maintenance_process": "Archival reads and encodes its batches in a child process (false: in the node's own).",
+    "maintenance_process": "Maintenance reads and plans (entities, gists, archival) in a child process; false: in the node's own.",
     "maintenance_interval": "Seconds between the memory's own maintenance runs (0 = only on call).",
     "llm_timeout": "Wall-clock seconds one LLM summary may take before the plain summary is used.",
     "archive_after_seconds": "Seconds after promotion to long_term before raw text is archived.",
