@@ -1,12 +1,17 @@
-"""The maintenance process: maintenance's read-and-compute work, outside the serving interpreter.
+"""The maintenance process: maintenance's reading and planning, outside the serving interpreter.
 
-Questions and ingest flushes share one interpreter lock with maintenance.
-Archival's reading and encoding (decoding tens of thousands of rows, JSON
-of every cold-store record) is pure interpreter time, and every millisecond
-of it is one an ingest flush holding the writer lock may wait for; its
-objects also feed the garbage collector. So ``MaintenanceProcess`` runs that
-part in a child process and gets back plain data (``archive_plan.ArchiveBatch``);
-the serving process keeps every write (cold store, SQLite, announcements).
+Questions and ingest flushes share one interpreter lock with maintenance,
+and most of maintenance's interpreter time is reading: decoding tens of
+thousands of rows, cutting them into visits and sightings (entities) or
+clusters and plain summaries (gists), encoding cold-store records
+(archival). Every millisecond of it is one an ingest flush holding the
+writer lock may wait for, and its objects feed the garbage collector. So
+``MaintenanceProcess`` has a child process do that part and return plain
+data (``entities.SightingStep``, ``gists.WindowStep`` with drafts,
+``archive_plan.ArchiveBatch``); the serving process keeps embedding, entity
+matching and every write (cold store, SQLite, op-log, vector indexes,
+caches, announcements). With an LLM configured, entities and gists plan
+here (the LLM client lives here); archival still moves.
 
 The child
 - starts lazily, at the first request, as a fresh interpreter running
@@ -147,6 +152,8 @@ class MaintenanceProcess:
                           self._proc.pid, code)
             # else it is about to leave (idle): let it go rather than race its exit with a request
         self._discard()
+        if not sys.executable:  # an embedded interpreter that cannot start another
+            raise OffloadError("no Python executable to start the maintenance process with")
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         for name in _ONE_THREAD:  # its numpy work is small: no BLAS thread pool (memory, a core each)
