@@ -144,3 +144,23 @@ def test_idle_memory_checkpoints_rarely(make_memory):
     before = checkpointer.checkpoints
     time.sleep(2.0)  # at the old fixed pace of 0.25 s: 8 rounds
     assert checkpointer.checkpoints - before <= 3
+
+
+def test_a_commit_wakes_an_idle_checkpointer(make_memory):
+    """A burst after a quiet spell is copied at once, not up to IDLE_MOST seconds later (the log would grow)."""
+    memory = make_memory()
+    checkpointer = memory.store.checkpointer
+    memory.add("a red mug", 1.0, 2.0, 0.0)
+    memory.flush()
+    deadline = time.monotonic() + 10
+    while not checkpointer.idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checkpointer.idle
+    time.sleep(0.6)  # into a wait of a second or more
+    before = checkpointer.checkpoints
+    memory.add("a blue cup", 2.0, 2.0, 0.0)
+    memory.flush()
+    deadline = time.monotonic() + 0.4
+    while checkpointer.checkpoints == before and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert checkpointer.checkpoints > before

@@ -58,8 +58,9 @@ BEHIND = 0.02
 """Seconds to the next round while the log is longer than ``finish_frames`` (it could not start over yet)."""
 IDLE_MOST = 4.0
 """Longest wait between rounds while nothing is written: the pace doubles up to it, so an idle memory's
-thread wakes a few times a minute instead of four times a second (the first write after a quiet spell
-waits at most this long for its copy; the log just grows meanwhile)."""
+thread wakes a few times a minute instead of four times a second. The first COMMIT after a quiet spell
+wakes it (``wake``): a burst of writes must not run seconds ahead of the copy, or the log grows past the
+size whose sync counts as calm (measured: 390 MB instead of 70-120 MB under three unthrottled writers)."""
 
 
 def next_wait(wait: float, interval: float, log_frames: int, grew: bool, finish_frames: int,
@@ -104,6 +105,9 @@ class WalCheckpointer:
         """(busy, frames in the log, frames copied) of the last checkpoint, as SQLite returns them."""
         self._thread: Optional[threading.Thread] = None
         self._data_version = -1
+        self._wake = threading.Event()
+        self.idle = False
+        """True while the thread waits longer than ``interval`` (nothing was written): a COMMIT wakes it."""
 
     def start(self) -> "WalCheckpointer":
         self._thread = threading.Thread(target=self._run, name="emem-wal-checkpoint", daemon=True)
@@ -112,7 +116,13 @@ class WalCheckpointer:
 
     def _run(self) -> None:
         wait = self.interval
-        while not self._stop.wait(wait):
+        while True:
+            self.idle = wait > self.interval
+            self._wake.wait(wait)
+            self._wake.clear()
+            self.idle = False
+            if self._stop.is_set():
+                return
             finished = self.finished
             try:
                 frames = self.checkpoint()[1]
@@ -121,6 +131,11 @@ class WalCheckpointer:
                 frames = 0
             wait = next_wait(wait, self.interval, frames, self._written(), self.finish_frames,
                              self.finished != finished)
+
+    def wake(self) -> None:
+        """After a COMMIT (the store calls it under its writer lock): end an idle wait now; otherwise nothing."""
+        if self.idle:
+            self._wake.set()
 
     def _written(self) -> bool:
         """Whether another connection committed since the last look (SQLite's ``data_version``)."""
@@ -187,6 +202,7 @@ class WalCheckpointer:
     def stop(self) -> None:
         """End the thread and close its connection (before the store closes its own)."""
         self._stop.set()
+        self._wake.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join()

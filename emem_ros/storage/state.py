@@ -12,7 +12,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from emem_ros.storage.events import Announcement
 from emem_ros.storage.logcodec import Statement
@@ -85,3 +85,5 @@ class StoreState:
     """Write transactions that reached COMMIT (counted just before it, under the writer lock)."""
     commits_published: int = 0
     """Of those, how many were published to subscribers (or rolled back): see ``wait_published``."""
+    committed: Callable[[], None] = lambda: None
+    """Called after each COMMIT, under the writer lock: the WAL checkpointer's wake-up (``WalCheckpointer.wake``)."""

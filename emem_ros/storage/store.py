@@ -133,6 +133,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self.state.conn.execute("PRAGMA wal_autocheckpoint=0")
         self.checkpointer = WalCheckpointer(self._connect, self.state.write_lock,
                                             wal_path=Path(f"{self.path}-wal")).start()
+        self.state.committed = self.checkpointer.wake
 
     def _open_derived(self, config: MemoryConfig, dim: int) -> None:
         row = self.state.conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()

@@ -81,6 +81,7 @@ class TransactionsMixin(StoreBase):
                     self.state.conn.execute("ROLLBACK")
                 raise
             announced, self.state.announced = self.state.announced, Announcement()
+            self.state.committed()
             try:
                 self._after_commit(deferred, recording, announced)
             finally:
