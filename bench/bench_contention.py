@@ -288,6 +288,8 @@ def main() -> None:
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="sys.setswitchinterval for the run (Python's default 0.005 s): how long a thread that "
                              "holds the writer lock may wait for the GIL after each SQLite call")
+    parser.add_argument("--in-process", action="store_true",
+                        help="maintenance_process=False: maintenance reads and plans in the serving process")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if args.switch_interval is not None:
@@ -303,7 +305,10 @@ def main() -> None:
                                                                          if "concept" in a])
     rows = list(stream.rows())
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = {} if args.archive_batch_size is None else {"archive_batch_size": args.archive_batch_size}
+        overrides: dict[str, Any] = {} if args.archive_batch_size is None else {
+            "archive_batch_size": args.archive_batch_size}
+        if args.in_process:
+            overrides["maintenance_process"] = False
         memory = open_memory(Path(tmp), provider, **overrides)
         try:
             now = time.time()

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from emem_ros.consolidation.archive_plan import ArchiveBatch, plan_batch
 from emem_ros.consolidation.coldstore import ColdStore
-from emem_ros.consolidation.offload import MaintenanceProcess, OffloadError
+from emem_ros.consolidation.offload import MaintenanceProcess, planned
 from emem_ros.consolidation.readings import display_scale, reading_level
 from emem_ros.consolidation.rows import in_list
 from emem_ros.consolidation.state import read_body_scales, write_body_scales
@@ -112,16 +112,9 @@ class Archiver:
     def _plan(self, cutoff: float, limit: int, now: float, encode: bool,
               stop: Optional[threading.Event]) -> ArchiveBatch:
         """The next batch, read and encoded by the maintenance process when there is one, else here."""
-        offload = self.offload
-        if offload is not None and offload.usable:
-            try:
-                return offload.plan_archive(cutoff, limit, now, encode,
-                                            stop=None if stop is None else stop.is_set)
-            except OffloadError as exc:
-                if stop is None or not stop.is_set():
-                    log.error("archival: %s; planning this batch in the serving process%s", exc,
-                              "" if offload.usable else " (and from now on)")
-        return plan_batch(self.engine.store.reader(), cutoff, limit, now, encode)
+        return planned(self.offload, "plan_archive", (ArchiveBatch,), stop, "archival",
+                       lambda: plan_batch(self.engine.store.reader(), cutoff, limit, now, encode),
+                       cutoff=cutoff, limit=limit, now=now, encode=encode)
 
     def _archive(self, batch: ArchiveBatch, start: int, end: int, now: float, report: ArchiveReport) -> None:
         store = self.engine.store

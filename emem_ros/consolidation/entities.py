@@ -110,7 +110,7 @@ from emem_ros.consolidation import entity_journal
 from emem_ros.consolidation.entity_bearings import BearingTrack, fix_radius, partition, points_at
 from emem_ros.consolidation.entity_journal import EntityPlan, Progress, encode_vector
 from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
-from emem_ros.consolidation.offload import MaintenanceProcess, OffloadError
+from emem_ros.consolidation.offload import MaintenanceProcess, planned
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
@@ -565,19 +565,11 @@ class EntityExtractor:
         """The next step's sightings: from the maintenance process when there is one and no LLM reads free
         text (it calls the LLM from here), else read here."""
         engine = self.engine
-        offload = self.offload
-        if offload is not None and offload.usable and self.summarizer is None:
-            try:
-                step = offload.request("plan_entities", None if stop is None else stop.is_set,
-                                       config=engine.config, now=engine.now(), final=final)
-                if step is None or isinstance(step, SightingStep):
-                    return step
-                raise OffloadError(f"the maintenance process answered {type(step).__name__}")
-            except OffloadError as exc:
-                if stop is None or not stop.is_set():
-                    log.error("entities: %s; reading this step in the serving process%s", exc,
-                              "" if offload.usable else " (and from now on)")
-        return self.plan_step(engine.store.reader(), engine.config, engine.now(), final, stop)
+        now = engine.now()
+        return planned(self.offload if self.summarizer is None else None, "plan_entities",
+                       (SightingStep, type(None)), stop, "entities",
+                       lambda: self.plan_step(engine.store.reader(), engine.config, now, final, stop),
+                       config=engine.config, now=now, final=final)
 
     def plan_step(self, conn: Any, config: Any, now: float, final: bool,
                   stop: Optional[threading.Event] = None) -> Optional["SightingStep"]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 
 from emem_ros.consolidation.clustering import ClusterParams, cluster_stream
-from emem_ros.consolidation.offload import MaintenanceProcess, OffloadError
+from emem_ros.consolidation.offload import MaintenanceProcess, planned
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, fetch_rows, in_list
 from emem_ros.consolidation.state import (
     CONSOLIDATION_MARKS,
@@ -380,19 +380,10 @@ class TimeWindowConsolidator:
         """The next step: from the maintenance process (clusters already drafted) when no LLM writes the
         summaries (it is called from here), else read here."""
         engine = self.engine
-        offload = self.offload
-        if offload is not None and offload.usable and self.writer.summarizer is None:
-            try:
-                step = offload.request("plan_time_window", None if stop is None else stop.is_set,
-                                       config=engine.config, cutoff=cutoff)
-                if isinstance(step, WindowStep):
-                    return step
-                raise OffloadError(f"the maintenance process answered {type(step).__name__}")
-            except OffloadError as exc:
-                if stop is None or not stop.is_set():
-                    log.error("time-window consolidation: %s; reading this step in the serving process%s", exc,
-                              "" if offload.usable else " (and from now on)")
-        return self.plan_step(engine.store.reader(), engine.config, cutoff, params)
+        return planned(self.offload if self.writer.summarizer is None else None, "plan_time_window",
+                       (WindowStep,), stop, "time-window consolidation",
+                       lambda: self.plan_step(engine.store.reader(), engine.config, cutoff, params),
+                       config=engine.config, cutoff=cutoff)
 
     def plan_step(self, conn: Any, config: Any, cutoff: float, params: ClusterParams) -> "WindowStep":
         """Read the rows due and cut them into clusters (no writes); the maintenance process runs it too."""

@@ -40,9 +40,8 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar, cast
 
-from emem_ros.consolidation.archive_plan import ArchiveBatch
 from emem_ros.core.errors import EmemError
 
 log = logging.getLogger(__name__)
@@ -64,6 +63,30 @@ _ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 class OffloadError(EmemError):
     """The maintenance process could not do a request (crashed, hung, failed); do it in-process."""
+
+
+Plan = TypeVar("Plan")
+
+
+def planned(offload: Optional["MaintenanceProcess"], name: str, answers: tuple[type, ...],
+            stop: Optional[threading.Event], what: str, here: Callable[[], Plan], **args: Any) -> Plan:
+    """A step's plan from the maintenance process when there is one, else ``here()``.
+
+    An answer of none of the ``answers`` types counts as a failure; a
+    failure is logged (unless the job is stopping) and the step is planned
+    here, so it is never lost.
+    """
+    if offload is not None and offload.usable:
+        try:
+            answer = offload.request(name, None if stop is None else stop.is_set, **args)
+            if isinstance(answer, answers):
+                return cast(Plan, answer)  # one of the types the caller's plan may be
+            raise OffloadError(f"the maintenance process answered {type(answer).__name__}")
+        except OffloadError as exc:
+            if stop is None or not stop.is_set():
+                log.error("%s: %s; planning this step in the serving process%s", what, exc,
+                          "" if offload.usable else " (and from now on)")
+    return here()
 
 
 class MaintenanceProcess:
@@ -98,13 +121,6 @@ class MaintenanceProcess:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     # ------------------------------------------------------------------ requests
-    def plan_archive(self, cutoff: float, limit: int, now: float, encode: bool,
-                     stop: Optional[Callable[[], bool]] = None) -> ArchiveBatch:
-        result = self.request("plan_archive", stop, cutoff=cutoff, limit=limit, now=now, encode=encode)
-        if not isinstance(result, ArchiveBatch):
-            raise OffloadError(f"the maintenance process answered {type(result).__name__}, not an ArchiveBatch")
-        return result
-
     def request(self, name: str, stop: Optional[Callable[[], bool]] = None, **args: Any) -> Any:
         """Send one request and wait for its answer; ``stop()`` true abandons it (the child is replaced)."""
         with self._lock:
