@@ -197,13 +197,18 @@ def test_the_child_exits_when_its_parent_is_killed(tmp_path):
             parent.wait()
 
 
-def test_a_crashed_child_is_logged_and_replaced_and_nothing_is_lost(tmp_path, clock, caplog):
+def _ready_to_archive_with_a_child(tmp_path, clock):
+    """A patrolled memory consolidated (its long_term rows counted) and its maintenance process started."""
     memory = _patrolled(tmp_path / "m.db", clock)
     offload = memory._consolidation.offload
     memory.consolidate_time_window()
     promoted = memory.store.reader().execute("SELECT COUNT(*) FROM observations WHERE tier='long_term'").fetchone()[0]
-    offload.request("plan_archive", cutoff=0.0, limit=1, now=clock.now, encode=False)  # start it
-    first = offload.pid
+    offload.request("plan_archive", cutoff=0.0, limit=1, now=clock.now, encode=False)
+    return memory, offload, promoted, offload.pid
+
+
+def test_a_crashed_child_is_logged_and_replaced_and_nothing_is_lost(tmp_path, clock, caplog):
+    memory, offload, promoted, first = _ready_to_archive_with_a_child(tmp_path, clock)
     os.kill(first, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while offload._proc.poll() is None and time.monotonic() < deadline:  # dead and reaped: a crash while idle
@@ -218,12 +223,7 @@ def test_a_crashed_child_is_logged_and_replaced_and_nothing_is_lost(tmp_path, cl
 
 
 def test_a_hung_child_is_killed_and_its_batch_archived_here(tmp_path, clock, caplog):
-    memory = _patrolled(tmp_path / "m.db", clock)
-    offload = memory._consolidation.offload
-    memory.consolidate_time_window()
-    promoted = memory.store.reader().execute("SELECT COUNT(*) FROM observations WHERE tier='long_term'").fetchone()[0]
-    offload.request("plan_archive", cutoff=0.0, limit=1, now=clock.now, encode=False)  # start it
-    first = offload.pid
+    memory, offload, promoted, first = _ready_to_archive_with_a_child(tmp_path, clock)
     os.kill(first, signal.SIGSTOP)  # hangs: never answers
     offload.reply_timeout = 0.3
     with caplog.at_level(logging.ERROR, logger="emem_ros.consolidation"):
