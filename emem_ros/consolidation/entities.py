@@ -113,6 +113,7 @@ from emem_ros.consolidation.gists import cluster_params, clusters_of, geometry
 from emem_ros.consolidation.offload import MaintenanceProcess, planned
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks
+from emem_ros.consolidation.summaries import SummarizerLike
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.triangulation import Fix
@@ -138,6 +139,10 @@ _SIGNATURE = operator.attrgetter("source_type", "layer", "text", "metadata_json"
 """What decides a row's part in a visit's sightings (``_plan``)."""
 _SKIP = "skip"
 _FREE_TEXT = "free text"
+Plan = str | tuple[str, ...] | list[list[ObsRow]]
+"""``_SKIP``, ``_FREE_TEXT``, labels placed where the object is, or the row lists of robot-pose sightings."""
+Groups = dict[tuple[str, bool], list["Sighting"]]
+"""A visit's sightings by (label, precise)."""
 _ID, _STAMP, _CONFIDENCE = (operator.attrgetter(name) for name in ("id", "stamp", "confidence"))
 _VIEW_RANGE = re.compile(r'"view_range":\s*([0-9]+(?:\.[0-9]+)?)')
 
@@ -516,7 +521,7 @@ class SightingStep:
 class EntityExtractor:
     """``offload``: read steps in the maintenance process (``offload.py``) when no LLM is configured."""
 
-    def __init__(self, engine: "Engine", summarizer: Any = None, rows: Optional[RowMemo] = None,
+    def __init__(self, engine: "Engine", summarizer: Optional[SummarizerLike] = None, rows: Optional[RowMemo] = None,
                  offload: Optional[MaintenanceProcess] = None) -> None:
         self.engine = engine
         self.summarizer = summarizer
@@ -638,15 +643,15 @@ class EntityExtractor:
         """
         centroid, _ = geometry(rows)
         place = (centroid[0], centroid[1]) if centroid is not None else None
-        groups: dict[tuple[str, bool], list[Sighting]] = {}
+        groups: Groups = {}
         vague: dict[str, Sighting] = {}  # robot-pose sightings: one per label in a visit
         free_text: list[ObsRow] = []
-        plans: dict[tuple[Any, ...], Any] = {}
+        plans: dict[tuple[Any, ...], Plan] = {}
         for row, signature in zip(rows, map(_SIGNATURE, rows)):
             plan = plans.get(signature)
             if plan is None:
                 plan = plans[signature] = self._plan(row, kinds, groups, vague, place)
-            if plan.__class__ is list:  # robot-pose labels: the lists their sightings collect
+            if isinstance(plan, list):  # robot-pose labels: the lists their sightings collect
                 for collected in plan:
                     collected.append(row)
             elif plan is _SKIP:
@@ -667,8 +672,8 @@ class EntityExtractor:
         out.sort(key=lambda s: (not s.precise, -len(s.observation_ids)))
         return out
 
-    def _plan(self, row: ObsRow, kinds: dict[str, LayerKind], groups: dict, vague: dict[str, Sighting],
-              place: Optional[tuple[float, float]]) -> Any:
+    def _plan(self, row: ObsRow, kinds: dict[str, LayerKind], groups: Groups, vague: dict[str, Sighting],
+              place: Optional[tuple[float, float]]) -> Plan:
         """What rows like this one contribute: ``_SKIP``, ``_FREE_TEXT``, a tuple of labels (placed where
         the object is) or, for robot-pose detections, the row lists of the sightings of their labels."""
         if row.source_type == _INTEROCEPTION:
@@ -687,7 +692,7 @@ class EntityExtractor:
             return labels
         return [self._vague(groups, vague, label, row, place).rows for label in labels]
 
-    def _vague(self, groups: dict, vague: dict[str, Sighting], label: str, row: ObsRow,
+    def _vague(self, groups: Groups, vague: dict[str, Sighting], label: str, row: ObsRow,
                place: Optional[tuple[float, float]]) -> Sighting:
         """The visit's robot-pose sighting of a label, made (from this row) when new."""
         sighting = vague.get(label)
@@ -699,12 +704,12 @@ class EntityExtractor:
         return sighting
 
     @staticmethod
-    def _group(groups: dict, label: str, precise: bool, row: ObsRow, place: Optional[tuple[float, float]],
+    def _group(groups: Groups, label: str, precise: bool, row: ObsRow, place: Optional[tuple[float, float]],
                entity_type: Optional[str] = "object") -> Sighting:
         """Add the row to its sighting (made when new); 3-D rows go to the instance within reach."""
         bucket = groups.setdefault((label, precise), [])
         target = None
-        if precise and row.x is not None:
+        if precise and row.x is not None and row.y is not None:
             best = INSTANCE_SEPARATION
             for s in bucket:
                 if s.anchor is not None:
@@ -721,7 +726,7 @@ class EntityExtractor:
         target.add(row)
         return target
 
-    def _text_sightings(self, rows: Sequence[ObsRow], place: Optional[tuple[float, float]], groups: dict[Any, Any],
+    def _text_sightings(self, rows: Sequence[ObsRow], place: Optional[tuple[float, float]], groups: Groups,
                         report: EntityReport) -> None:
         """Names an LLM finds in free text, placed where the robot was (vague, like 2-D detections)."""
         for text in dict.fromkeys(r.text for r in rows):
@@ -736,7 +741,7 @@ class EntityExtractor:
         if text in self._text_names:
             self._text_names.move_to_end(text)
             return self._text_names[text]
-        if self._llm_failures >= 3:
+        if self._llm_failures >= 3 or self.summarizer is None:
             return None  # the LLM keeps failing this run; try again next run
         report.llm_calls += 1
         names = self.summarizer.extract_entities([text])

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, TypeGuard, runtime_checkable
 
 from emem_ros.core.errors import EmemError, InvalidInputError
 from emem_ros.embeddings.ollama_provider import ollama_client, ollama_failure, resolve_host
@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 @runtime_checkable
 class LLMClient(Protocol):
     def complete(self, prompt: str, *, system: Optional[str] = None) -> str: ...
+
+
+def _completes(obj: object) -> TypeGuard[LLMClient]:
+    """Has a callable ``complete`` (its signature cannot be checked at run time; the duck test is this)."""
+    return callable(getattr(obj, "complete", None))
 
 
 # -- reply cleaning ------------------------------------------------------------------------------
@@ -135,7 +140,7 @@ class OllamaLLMClient:
         model: str,
         host: Optional[str] = None,
         timeout: float = 60.0,
-        options: Optional[dict] = None,
+        options: Optional[dict[str, Any]] = None,
         think: bool = False,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
@@ -229,7 +234,7 @@ def as_llm_client(obj: Any, *, model: Optional[str] = None) -> LLMClient:
     """
     if obj is None:
         raise InvalidInputError("no LLM client given")
-    if callable(getattr(obj, "complete", None)):
+    if _completes(obj):
         return obj
     if callable(getattr(obj, "chat", None)):
         return _ChatAdapter(obj, model)
@@ -263,17 +268,15 @@ class _Item:
 
 def dedupe_with_counts(texts: list[str]) -> list[tuple[str, int]]:
     """Distinct texts in first-seen order with how often each came (case and spacing ignored)."""
-    counts: dict[str, list] = {}
+    counts: dict[str, tuple[str, int]] = {}
     for text in texts:
         clean = " ".join(str(text).split())
         if not clean:
             continue
         key = clean.casefold()
-        if key in counts:
-            counts[key][1] += 1
-        else:
-            counts[key] = [clean, 1]
-    return [(text, count) for text, count in counts.values()]
+        first, count = counts.get(key, (clean, 0))
+        counts[key] = (first, count + 1)
+    return list(counts.values())
 
 
 def _clip(text: str, limit: int) -> str:
@@ -449,7 +452,8 @@ class Summarizer:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise EmemError(f"the LLM took longer than {self.max_seconds:g} s")
-        outcome: dict[str, Any] = {}
+        replies: list[str] = []
+        errors: list[BaseException] = []
         done = threading.Event()
         abandoned = threading.Event()
 
@@ -460,9 +464,9 @@ class Summarizer:
                 _given_up.event = abandoned  # the client checks it again as it takes its connection
                 if abandoned.is_set():
                     raise EmemError("LLM call abandoned before it started")
-                outcome["reply"] = self.llm.complete(prompt, system=system)
+                replies.append(self.llm.complete(prompt, system=system))
             except BaseException as exc:
-                outcome["error"] = exc
+                errors.append(exc)
             finally:
                 done.set()
                 with self._helpers_lock:
@@ -482,9 +486,9 @@ class Summarizer:
                 except Exception as exc:  # the call is abandoned either way
                     log.debug("aborting an LLM call failed: %s", exc)
             raise EmemError(f"the LLM gave no complete reply within {self.max_seconds:g} s; call abandoned")
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["reply"]
+        if errors:
+            raise errors[0]
+        return replies[0]
 
     def _budget(self, system: str, head: str) -> int:
         """Tokens left for the item lines once the system prompt and header are in."""

@@ -17,7 +17,7 @@ from emem_ros.consolidation.episodes import EpisodeBook, EpisodeConsolidator, Ep
 from emem_ros.consolidation.gists import ConsolidationReport, TimeWindowConsolidator
 from emem_ros.consolidation.offload import MaintenanceProcess
 from emem_ros.consolidation.rows import RowMemo
-from emem_ros.consolidation.summaries import SummaryWriter
+from emem_ros.consolidation.summaries import SummarizerLike, SummaryWriter, is_summarizer
 from emem_ros.consolidation.worker import ConsolidationWorker, WorkerClosedError
 from emem_ros.core.collector import CollectorPause
 from emem_ros.core.errors import InvalidInputError, StoreError
@@ -43,7 +43,7 @@ class MaintenanceReport:
         return self.entities.complete and self.consolidation.complete and self.archive.complete
 
 
-def make_summarizer(llm_client: Any, max_seconds: Optional[float] = None) -> Any:
+def make_summarizer(llm_client: object, max_seconds: Optional[float] = None) -> Optional[SummarizerLike]:
     """None without an LLM; an ``llm.Summarizer`` as is; anything else wrapped in one.
 
     ``max_seconds`` (config ``llm_timeout``) bounds each summary in wall-clock
@@ -52,7 +52,7 @@ def make_summarizer(llm_client: Any, max_seconds: Optional[float] = None) -> Any
     """
     if llm_client is None:
         return None
-    if callable(getattr(llm_client, "summarize", None)) and callable(getattr(llm_client, "extract_entities", None)):
+    if is_summarizer(llm_client):
         return llm_client
     from emem_ros.consolidation.llm import Summarizer
 

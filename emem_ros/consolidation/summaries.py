@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Optional, Sequence
+from typing import Optional, Protocol, Sequence, TypeGuard
 
 from emem_ros.consolidation.readings import fmt_level, reading_level, same_quantity
 from emem_ros.consolidation.rows import LayerKind, ObsRow, labels_of
@@ -276,6 +276,19 @@ class SummaryStats:
     llm_failures: int = 0
 
 
+class SummarizerLike(Protocol):
+    """What consolidation asks of an LLM (``llm.Summarizer`` is one); both return None on failure."""
+
+    def summarize(self, texts: list[str], context: str = "") -> Optional[str]: ...
+
+    def extract_entities(self, texts: list[str]) -> Optional[list[str]]: ...
+
+
+def is_summarizer(obj: object) -> TypeGuard[SummarizerLike]:
+    """Has callable ``summarize`` and ``extract_entities`` (the duck test; signatures are not checked)."""
+    return callable(getattr(obj, "summarize", None)) and callable(getattr(obj, "extract_entities", None))
+
+
 class SummaryWriter:
     """Asks the LLM (if any) for a summary and falls back to the digest text.
 
@@ -286,7 +299,7 @@ class SummaryWriter:
     hung server costs a few timeouts, not one per gist.
     """
 
-    def __init__(self, summarizer: Any = None) -> None:
+    def __init__(self, summarizer: Optional[SummarizerLike] = None) -> None:
         self.summarizer = summarizer
         self.stats = SummaryStats()
         self._consecutive_failures = 0
@@ -300,9 +313,10 @@ class SummaryWriter:
 
     def write(self, lines: Sequence[str], context: str, fallback: str, prefix: str = "") -> tuple[str, str]:
         """(summary text, 'llm' | 'fallback')."""
-        if self.llm_available and lines:
+        summarizer = self.summarizer
+        if summarizer is not None and self.llm_available and lines:
             try:
-                answer = self.summarizer.summarize(list(lines), context)
+                answer = summarizer.summarize(list(lines), context)
             except Exception as exc:  # the summarizer should not raise; never lose a gist if it does
                 log.warning("LLM summarizer raised %s: %s; using the fallback summary", type(exc).__name__, exc)
                 answer = None
