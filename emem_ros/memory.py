@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from emem_ros.consolidation.archival import ArchiveReport
 from emem_ros.consolidation.entities import EntityReport
 from emem_ros.consolidation.episodes import EpisodeReport
 from emem_ros.consolidation.gists import ConsolidationReport
-from emem_ros.consolidation.service import ConsolidationService, MaintenanceReport
+from emem_ros.consolidation.service import ConsolidationService, JobReport, MaintenanceReport
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.timeexpr import TimeLike
 from emem_ros.core.types import Observation, Position
@@ -46,15 +46,6 @@ from emem_ros.tools.query_cache import QueryCache
 from emem_ros.tools.registry import ToolSpec
 from emem_ros.tools.spec import ToolDef
 from emem_ros.tools.specs import TOOL_SPECS
-
-Report = TypeVar("Report")
-
-
-def _report(result: object, kind: type[Report]) -> Report:
-    """A worker job's result as the report its facade method promises (the worker hands results back untyped)."""
-    if not isinstance(result, kind):
-        raise TypeError(f"the consolidation worker returned a {type(result).__name__}, not a {kind.__name__}")
-    return result
 
 
 def default_embedding_provider() -> EmbeddingProvider:
@@ -271,29 +262,28 @@ class Memory:
     def maintenance(self, timeout: Optional[float] = None) -> MaintenanceReport:
         """Extract entities, consolidate the time window, archive; on the worker, waiting for it."""
         self.engine.check_open()
-        return _report(self._consolidation.run("maintenance", timeout), MaintenanceReport)
+        return self._consolidation.maintenance(timeout)
 
     def consolidate_time_window(self, timeout: Optional[float] = None) -> ConsolidationReport:
         """Gists from short-term observations older than ``consolidation_window`` (outside active episodes)."""
         self.engine.check_open()
-        return _report(self._consolidation.run("time_window", timeout), ConsolidationReport)
+        return self._consolidation.time_window_gists(timeout)
 
     def extract_entities(self, timeout: Optional[float] = None, final: bool = False) -> EntityReport:
         """Entities from observations written since the last run; ``final`` also closes the visit in progress."""
         self.engine.check_open()
-        options = {"final": True} if final else {}
-        return _report(self._consolidation.run("entities", timeout, **options), EntityReport)
+        return self._consolidation.extract_entities(timeout, final=final)
 
     def archive(self, timeout: Optional[float] = None) -> ArchiveReport:
         """Move long-term observations older than ``archive_after_seconds`` (since promotion) to the cold store."""
         self.engine.check_open()
-        return _report(self._consolidation.run("archive", timeout), ArchiveReport)
+        return self._consolidation.archive(timeout)
 
     def submit_maintenance(self) -> Future[MaintenanceReport]:
         self.engine.check_open()
-        return self._consolidation.submit("maintenance")
+        return self._consolidation.submit_maintenance()
 
-    def submit_job(self, job: str) -> Future[Any]:
+    def submit_job(self, job: str) -> Future[JobReport]:
         """Queue one job ('maintenance', 'entities', 'time_window', 'archive') and return at once.
 
         For timers that schedule the steps separately (a ROS node's
@@ -367,7 +357,7 @@ class Memory:
         worker = self._consolidation.worker
         if worker.in_worker():
             return job(None)
-        return _report(worker.submit("forget", job).result(timeout), ForgetReport)
+        return worker.submit("forget", job).result(timeout)
 
     def _apply_retention(self) -> Optional[ForgetReport]:
         """On the consolidation worker (maintenance): forget what the retention policies say is too old."""

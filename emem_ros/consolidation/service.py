@@ -8,7 +8,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from emem_ros.consolidation.archival import Archiver, ArchiveReport
 from emem_ros.consolidation.coldstore import ColdStore
@@ -25,6 +25,7 @@ from emem_ros.core.periodic import PeriodicThread
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine
+    from emem_ros.forgetting.forget import ForgetReport
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,18 @@ class MaintenanceReport:
     entities: EntityReport = field(default_factory=EntityReport)
     consolidation: ConsolidationReport = field(default_factory=ConsolidationReport)
     archive: ArchiveReport = field(default_factory=ArchiveReport)
-    retention: Any = None
-    """What the retention policies forgot (a ForgetReport), or None without policies."""
+    retention: Optional[ForgetReport] = None
+    """What the retention policies forgot, or None without policies."""
     seconds: float = 0.0
 
     @property
     def complete(self) -> bool:
         return self.entities.complete and self.consolidation.complete and self.archive.complete
+
+
+JobReport = Union[MaintenanceReport, ConsolidationReport, EntityReport, ArchiveReport, EpisodeReport]
+"""What a consolidation job returns."""
+R = TypeVar("R", bound=JobReport)
 
 
 def make_summarizer(llm_client: object, max_seconds: Optional[float] = None) -> Optional[SummarizerLike]:
@@ -88,12 +94,12 @@ class ConsolidationService:
         self.entities = EntityExtractor(engine, self.summarizer, self.rows, self.offload)
         self.cold = ColdStore(path.with_name(path.name + ".cold"))
         self.archiver = Archiver(engine, self.cold, self.offload)
-        self.retention: Optional[Callable[[], Any]] = None
+        self.retention: Optional[Callable[[], Optional[ForgetReport]]] = None
         """Run after archival by maintenance (the facade sets it to apply the retention policies)."""
         gc_pause = engine.config.consolidation_gc_pause
         self.worker = ConsolidationWorker(pause=engine.questions.writer_turn,  # questions go first
                                           collector=CollectorPause(gc_pause) if gc_pause > 0 else None)
-        self.last: dict[str, Any] = {}
+        self.last: dict[str, JobReport] = {}
         self._timer: Optional[PeriodicThread] = None
         for number in self.book.snapshot().pending:  # abandoned at the last shutdown (or a crash)
             self.submit_episode(number)
@@ -102,26 +108,69 @@ class ConsolidationService:
                                          self._timer_tick).start()
 
     # ------------------------------------------------------------------ jobs
-    def _job(self, name: str, fn: Callable[[threading.Event], Any]) -> Callable[[threading.Event], Any]:
-        def run(stop: threading.Event) -> Any:
+    # One typed method per job, on the worker (``submit_*``: a Future; the bare name: wait for it) or, from
+    # the worker itself, inline. A job without options has its name as key: an equal one still queued is
+    # not queued twice (its Future is returned).
+    def _job(self, name: str, fn: Callable[[threading.Event], R]) -> Callable[[threading.Event], R]:
+        def run(stop: threading.Event) -> R:
             result = fn(stop)
             self.last[name] = result
             return result
         return run
 
-    def submit(self, kind: str, **options: Any) -> Future:
-        jobs: dict[str, Callable[[threading.Event], Any]] = {
+    def _submit(self, kind: str, fn: Callable[[threading.Event], R], key: Optional[str]) -> Future[R]:
+        return self.worker.submit(kind, self._job(kind, fn), key=key)
+
+    def _wait(self, inline: Callable[[threading.Event], R], queue: Callable[[], Future[R]],
+              timeout: Optional[float]) -> R:
+        """Run a job on the worker and wait; from the worker itself, run inline.
+
+        On ``timeout`` this raises ``concurrent.futures.TimeoutError`` and the
+        job carries on in the background (it is not cancelled half-way).
+        """
+        if self.worker.in_worker():
+            return inline(self.worker.stop_event)
+        return queue().result(timeout)
+
+    def submit_maintenance(self) -> Future[MaintenanceReport]:
+        return self._submit("maintenance", self._maintenance, "maintenance")
+
+    def submit_time_window(self) -> Future[ConsolidationReport]:
+        return self._submit("time_window", self._time_window, "time_window")
+
+    def submit_entities(self, final: bool = False) -> Future[EntityReport]:
+        return self._submit("entities", lambda stop: self.entities.run(stop, final=final),
+                            None if final else "entities")
+
+    def submit_archive(self) -> Future[ArchiveReport]:
+        return self._submit("archive", self._archive, "archive")
+
+    def submit(self, kind: str) -> Future[JobReport]:
+        """A job by name (for timers configured by name): 'maintenance', 'time_window', 'entities', 'archive'."""
+        jobs: dict[str, Callable[[threading.Event], JobReport]] = {
             "maintenance": self._maintenance,
-            "time_window": lambda stop: self.time_window.run(stop),
-            "entities": lambda stop: self.entities.run(stop, final=bool(options.get("final"))),
+            "time_window": self._time_window,
+            "entities": self._entities,
             "archive": self._archive,
         }
         if kind not in jobs:
             raise InvalidInputError(f"unknown consolidation job {kind!r}; use one of {', '.join(jobs)}")
-        key = kind if not options else None
-        return self.worker.submit(kind, self._job(kind, jobs[kind]), key=key)
+        return self._submit(kind, jobs[kind], kind)
 
-    def submit_episode(self, number: int) -> Future:
+    def maintenance(self, timeout: Optional[float] = None) -> MaintenanceReport:
+        return self._wait(self._maintenance, self.submit_maintenance, timeout)
+
+    def time_window_gists(self, timeout: Optional[float] = None) -> ConsolidationReport:
+        return self._wait(self._time_window, self.submit_time_window, timeout)
+
+    def extract_entities(self, timeout: Optional[float] = None, final: bool = False) -> EntityReport:
+        return self._wait(lambda stop: self.entities.run(stop, final=final),
+                          lambda: self.submit_entities(final), timeout)
+
+    def archive(self, timeout: Optional[float] = None) -> ArchiveReport:
+        return self._wait(self._archive, self.submit_archive, timeout)
+
+    def submit_episode(self, number: int) -> Future[EpisodeReport]:
         def run(stop: threading.Event) -> EpisodeReport:
             try:
                 return self.episodes.run(number, stop)
@@ -132,27 +181,11 @@ class ConsolidationService:
                 raise
         return self.worker.submit(f"episode {number}", self._job("episode", run), key=f"episode:{number}")
 
-    def run(self, kind: str, timeout: Optional[float] = None, **options: Any) -> Any:
-        """Run a job on the worker and wait; from the worker itself, run inline.
+    def _time_window(self, stop: threading.Event) -> ConsolidationReport:
+        return self.time_window.run(stop)
 
-        On ``timeout`` this raises ``concurrent.futures.TimeoutError`` and the
-        job carries on in the background (it is not cancelled half-way).
-        """
-        if self.worker.in_worker():
-            return self._inline(kind, **options)
-        return self.submit(kind, **options).result(timeout)
-
-    def _inline(self, kind: str, **options: Any) -> Any:
-        stop = self.worker.stop_event
-        if kind == "maintenance":
-            return self._maintenance(stop)
-        if kind == "time_window":
-            return self.time_window.run(stop)
-        if kind == "entities":
-            return self.entities.run(stop, final=bool(options.get("final")))
-        if kind == "archive":
-            return self._archive(stop)
-        raise InvalidInputError(f"unknown consolidation job {kind!r}")
+    def _entities(self, stop: threading.Event) -> EntityReport:
+        return self.entities.run(stop)
 
     def _maintenance(self, stop: threading.Event) -> MaintenanceReport:
         started = time.perf_counter()

@@ -21,24 +21,25 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 from emem_ros.core.collector import CollectorPause
 from emem_ros.core.errors import EmemError
 
 log = logging.getLogger(__name__)
 
-Job = Callable[[threading.Event], Any]
+T = TypeVar("T")
+Job = Callable[[threading.Event], T]
 JOIN_GRACE = 2.0
 """Seconds close() waits for a job that was told to stop (an LLM call in flight ends at its timeout)."""
 
 
 @dataclass
-class _Entry:
+class _Entry(Generic[T]):
     name: str
     key: Optional[str]
-    fn: Job
-    future: Future
+    fn: Job[T]
+    future: Future[T]
 
 
 class WorkerClosedError(EmemError):
@@ -74,18 +75,20 @@ class ConsolidationWorker:
                  collector: Optional[CollectorPause] = None) -> None:
         self.name = name
         self.collector = collector
-        self._queue: deque[_Entry] = deque()
+        self._queue: deque[_Entry[Any]] = deque()
+        """Jobs of any result type; each entry's future is typed where it is submitted."""
         self._cond = threading.Condition()
         self._stop: threading.Event = _StopEvent(pause, collector)
         self._closed = False
         self._thread: Optional[threading.Thread] = None
-        self._running: Optional[_Entry] = None
+        self._running: Optional[_Entry[Any]] = None
         self.completed = 0
         self.failed = 0
         self.last_error: Optional[BaseException] = None
 
     # ------------------------------------------------------------------ submitting
-    def submit(self, name: str, fn: Job, key: Optional[str] = None) -> Future:
+    def submit(self, name: str, fn: Job[T], key: Optional[str] = None) -> Future[T]:
+        """Queue ``fn``; a ``key`` names a kind of job, so jobs with the same key must return the same type."""
         with self._cond:
             if self._closed:
                 raise WorkerClosedError(f"cannot queue '{name}': the consolidation worker is shut down")
@@ -93,13 +96,13 @@ class ConsolidationWorker:
                 for entry in self._queue:
                     if entry.key == key:
                         return entry.future
-            entry = _Entry(name, key, fn, Future())
-            self._queue.append(entry)
+            new = _Entry(name, key, fn, Future[T]())
+            self._queue.append(new)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
             self._cond.notify_all()
-            return entry.future
+            return new.future
 
     def in_worker(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread
@@ -151,7 +154,7 @@ class ConsolidationWorker:
                     self._running = None
                     self._cond.notify_all()
 
-    def _execute(self, entry: _Entry) -> None:
+    def _execute(self, entry: _Entry[Any]) -> None:
         started = time.perf_counter()
         try:
             if self.collector is None:
