@@ -518,63 +518,21 @@ class SightingStep:
     llm_calls: int = 0
 
 
-class EntityExtractor:
-    """``offload``: read steps in the maintenance process (``offload.py``) when no LLM is configured."""
+class EntityPlanner:
+    """The reading half of entity extraction: a step's visits and sightings, from a read connection alone.
 
-    def __init__(self, engine: "Engine", summarizer: Optional[SummarizerLike] = None, rows: Optional[RowMemo] = None,
-                 offload: Optional[MaintenanceProcess] = None) -> None:
-        self.engine = engine
+    No engine and no writes, so the maintenance process runs it by itself
+    (``offload_child.py``); ``EntityExtractor`` adds the writing half.
+    """
+
+    def __init__(self, summarizer: Optional[SummarizerLike] = None, rows: Optional[RowMemo] = None) -> None:
         self.summarizer = summarizer
         self.rows = rows
-        self.offload = offload
         """Rows a time-window pass already read (shared with it; None: read everything)."""
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._text_names: OrderedDict[str, Optional[list[str]]] = OrderedDict()
         self._row_labels: dict[tuple[str, Optional[str]], tuple[tuple[str, ...], bool]] = {}
         """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._llm_failures = 0
-        self.budget = TransactionBudget(first=64, most=1024)
-        """Statements per entity transaction, adapted to ~25 ms of writer lock (kept across runs)."""
-
-    # ------------------------------------------------------------------ the run
-    def run(self, stop: Optional[threading.Event] = None, final: bool = False) -> EntityReport:
-        """Extract from everything new; ``final`` also closes the visit in progress."""
-        started = time.perf_counter()
-        report = EntityReport()
-        self._llm_failures = 0
-        while True:
-            if stop is not None and stop.is_set():
-                report.complete = False
-                break
-            more = self._step(report, final, stop)
-            if not more:
-                break
-        report.seconds = time.perf_counter() - started
-        return report
-
-    def _step(self, report: EntityReport, final: bool, stop: Optional[threading.Event] = None) -> bool:
-        store = self.engine.store
-        left = entity_journal.pending(store)
-        if left is not None:  # a crashed or stopped step: finish it before reading anything new
-            return self._apply(*left, stop, report)
-        step = self._read(final, stop)
-        if step is None:
-            return False
-        report.deferred = step.deferred
-        report.llm_calls += step.llm_calls
-        self._resolve_and_write(step.sightings, step.marks, report, stop)
-        report.observations += step.observations
-        return step.more
-
-    def _read(self, final: bool, stop: Optional[threading.Event]) -> Optional["SightingStep"]:
-        """The next step's sightings: from the maintenance process when there is one and no LLM reads free
-        text (it calls the LLM from here), else read here."""
-        engine = self.engine
-        now = engine.now()
-        return planned(self.offload if self.summarizer is None else None, "plan_entities",
-                       (SightingStep, type(None)), stop, "entities",
-                       lambda: self.plan_step(engine.store.reader(), engine.config, now, final, stop),
-                       config=engine.config, now=now, final=final)
 
     def plan_step(self, conn: Any, config: Any, now: float, final: bool,
                   stop: Optional[threading.Event] = None) -> Optional["SightingStep"]:
@@ -753,6 +711,59 @@ class EntityExtractor:
         while len(self._text_names) > TEXT_CACHE:
             self._text_names.popitem(last=False)
         return names
+
+
+class EntityExtractor(EntityPlanner):
+    """``offload``: read steps in the maintenance process (``offload.py``) when no LLM is configured."""
+
+    def __init__(self, engine: "Engine", summarizer: Optional[SummarizerLike] = None, rows: Optional[RowMemo] = None,
+                 offload: Optional[MaintenanceProcess] = None) -> None:
+        super().__init__(summarizer, rows)
+        self.engine = engine
+        self.offload = offload
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.budget = TransactionBudget(first=64, most=1024)
+        """Statements per entity transaction, adapted to ~25 ms of writer lock (kept across runs)."""
+
+    # ------------------------------------------------------------------ the run
+    def run(self, stop: Optional[threading.Event] = None, final: bool = False) -> EntityReport:
+        """Extract from everything new; ``final`` also closes the visit in progress."""
+        started = time.perf_counter()
+        report = EntityReport()
+        self._llm_failures = 0
+        while True:
+            if stop is not None and stop.is_set():
+                report.complete = False
+                break
+            more = self._step(report, final, stop)
+            if not more:
+                break
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _step(self, report: EntityReport, final: bool, stop: Optional[threading.Event] = None) -> bool:
+        store = self.engine.store
+        left = entity_journal.pending(store)
+        if left is not None:  # a crashed or stopped step: finish it before reading anything new
+            return self._apply(*left, stop, report)
+        step = self._read(final, stop)
+        if step is None:
+            return False
+        report.deferred = step.deferred
+        report.llm_calls += step.llm_calls
+        self._resolve_and_write(step.sightings, step.marks, report, stop)
+        report.observations += step.observations
+        return step.more
+
+    def _read(self, final: bool, stop: Optional[threading.Event]) -> Optional["SightingStep"]:
+        """The next step's sightings: from the maintenance process when there is one and no LLM reads free
+        text (it calls the LLM from here), else read here."""
+        engine = self.engine
+        now = engine.now()
+        return planned(self.offload if self.summarizer is None else None, "plan_entities",
+                       (SightingStep, type(None)), stop, "entities",
+                       lambda: self.plan_step(engine.store.reader(), engine.config, now, final, stop),
+                       config=engine.config, now=now, final=final)
 
     # ------------------------------------------------------------------ merging and writing
     def _name_vectors(self, sightings: Sequence[Sighting]) -> None:

@@ -304,15 +304,91 @@ def blocked_episodes(conn: Any, pending: Sequence[int]) -> list[int]:
     return sorted(set(active) | set(pending))
 
 
-class TimeWindowConsolidator:
+class TimeWindowPlanner:
+    """The reading half of time-window consolidation: a step's clusters (and their plain drafts).
+
+    Reads from a connection alone, so the maintenance process runs it by
+    itself (``offload_child.py``); ``TimeWindowConsolidator`` adds the writing.
+    """
+
+    def __init__(self, writer: SummaryWriter, rows: Optional[RowMemo] = None) -> None:
+        self.writer = writer
+        self.rows = rows
+        """Rows an entity pass already read (shared with it; None: read everything)."""
+
+    def plan_step(self, conn: Any, config: Any, cutoff: float, params: ClusterParams) -> "WindowStep":
+        """Read the rows due and cut them into clusters (no writes); the maintenance process runs it too."""
+        marks = read_marks(conn, CONSOLIDATION_MARKS)
+        queue = read_episode_queue(conn)
+        blocked = blocked_episodes(conn, queue.pending)
+        top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
+        not_blocked, blocked_params = in_list("o.episode_id", blocked)
+        base = f"o.tier = 'short_term' AND o.gist_id IS NULL AND (o.episode_id IS NULL OR NOT {not_blocked})"
+        limit = max(ROWS_PER_RUN, 4 * params.max_size)
+
+        read = functools.partial(self.rows.fetch, reader="time_window") if self.rows is not None else fetch_rows
+        if marks.stamp is None:
+            fresh = read(conn, f"{base} AND o.stamp < ?", [*blocked_params, cutoff], limit=limit)
+        else:
+            fresh = read(conn, f"{base} AND o.stamp >= ? AND o.stamp < ?",
+                         [*blocked_params, marks.stamp, cutoff], limit=limit)
+        limited = len(fresh) >= limit
+        late: list[ObsRow] = []
+        late_limited = False
+        released = [e for e in queue.released if e not in blocked]
+        if marks.stamp is not None:
+            late = fetch_rows(conn, f"{base} AND o.id > ? AND o.stamp < ?",
+                              [*blocked_params, marks.id, marks.stamp], order="o.id", limit=limit)
+            late_limited = len(late) >= limit
+            if late_limited:
+                top_id = min(top_id, late[-1].id)  # ids above it wait for the next step
+            if released:
+                where, values = in_list("o.episode_id", released)
+                seen = {r.id for r in late}
+                late += [r for r in fetch_rows(conn, f"{base} AND {where} AND o.stamp < ?",
+                                               [*blocked_params, *values, marks.stamp]) if r.id not in seen]
+
+        horizon = fresh[-1].stamp if limited else cutoff
+        per_layer = bool(config.consolidation_per_layer)
+        clusters, noise, deferred, deferred_from = clusters_of(fresh, params, per_layer, horizon)
+        if deferred_from is not None:
+            new_stamp = deferred_from
+        elif fresh:
+            new_stamp = fresh[-1].stamp if limited else cutoff
+        else:
+            new_stamp = cutoff
+        if marks.stamp is not None and limited and new_stamp <= marks.stamp:
+            # A whole step is one open cluster: close it rather than loop forever.
+            clusters, noise, deferred, _ = clusters_of(fresh, params, per_layer, None)
+            new_stamp, deferred = fresh[-1].stamp, []
+        if marks.stamp is not None:
+            new_stamp = max(new_stamp, marks.stamp)
+        if late:  # behind the mark: everything closes now
+            late.sort(key=lambda r: (r.stamp, r.id))
+            late_clusters, late_noise, _, _ = clusters_of(late, params, per_layer, None)
+            clusters = sorted(clusters + late_clusters, key=lambda c: (c[0].stamp, c[0].id))
+            noise += late_noise
+        new_marks = Marks(stamp=new_stamp, id=max(marks.id, int(top_id)))
+
+        return WindowStep(clusters=clusters, kinds=classify_layers([r for c in clusters for r in c]),
+                          noise=len(noise), deferred=len(deferred), candidates=len(fresh) + len(late), marks=new_marks,
+                          released=list(released), more=limited or late_limited)
+
+    def plan_drafts(self, conn: Any, config: Any, cutoff: float) -> "WindowStep":
+        """``plan_step`` with every cluster drafted (plain summaries): what the maintenance process returns."""
+        step = self.plan_step(conn, config, cutoff, cluster_params(config))
+        step.clusters = [draft_gist(rows, step.kinds, self.writer, "time_window") for rows in step.clusters]
+        step.kinds, step.drafted = {}, True
+        return step
+
+
+class TimeWindowConsolidator(TimeWindowPlanner):
     """Old short-term observations -> gists, incrementally (see ``state.py`` for the marks)."""
 
     def __init__(self, engine: "Engine", writer: SummaryWriter, rows: Optional[RowMemo] = None,
                  offload: Optional[MaintenanceProcess] = None) -> None:
+        super().__init__(writer, rows)
         self.engine = engine
-        self.writer = writer
-        self.rows = rows
-        """Rows an entity pass already read (shared with it; None: read everything)."""
         self.offload = offload
         """Steps read and drafted in the maintenance process (``offload.py``) when no LLM writes summaries."""
 
@@ -384,72 +460,6 @@ class TimeWindowConsolidator:
                        (WindowStep,), stop, "time-window consolidation",
                        lambda: self.plan_step(engine.store.reader(), engine.config, cutoff, params),
                        config=engine.config, cutoff=cutoff)
-
-    def plan_step(self, conn: Any, config: Any, cutoff: float, params: ClusterParams) -> "WindowStep":
-        """Read the rows due and cut them into clusters (no writes); the maintenance process runs it too."""
-        marks = read_marks(conn, CONSOLIDATION_MARKS)
-        queue = read_episode_queue(conn)
-        blocked = blocked_episodes(conn, queue.pending)
-        top_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
-        not_blocked, blocked_params = in_list("o.episode_id", blocked)
-        base = f"o.tier = 'short_term' AND o.gist_id IS NULL AND (o.episode_id IS NULL OR NOT {not_blocked})"
-        limit = max(ROWS_PER_RUN, 4 * params.max_size)
-
-        read = functools.partial(self.rows.fetch, reader="time_window") if self.rows is not None else fetch_rows
-        if marks.stamp is None:
-            fresh = read(conn, f"{base} AND o.stamp < ?", [*blocked_params, cutoff], limit=limit)
-        else:
-            fresh = read(conn, f"{base} AND o.stamp >= ? AND o.stamp < ?",
-                         [*blocked_params, marks.stamp, cutoff], limit=limit)
-        limited = len(fresh) >= limit
-        late: list[ObsRow] = []
-        late_limited = False
-        released = [e for e in queue.released if e not in blocked]
-        if marks.stamp is not None:
-            late = fetch_rows(conn, f"{base} AND o.id > ? AND o.stamp < ?",
-                              [*blocked_params, marks.id, marks.stamp], order="o.id", limit=limit)
-            late_limited = len(late) >= limit
-            if late_limited:
-                top_id = min(top_id, late[-1].id)  # ids above it wait for the next step
-            if released:
-                where, values = in_list("o.episode_id", released)
-                seen = {r.id for r in late}
-                late += [r for r in fetch_rows(conn, f"{base} AND {where} AND o.stamp < ?",
-                                               [*blocked_params, *values, marks.stamp]) if r.id not in seen]
-
-        horizon = fresh[-1].stamp if limited else cutoff
-        per_layer = bool(config.consolidation_per_layer)
-        clusters, noise, deferred, deferred_from = clusters_of(fresh, params, per_layer, horizon)
-        if deferred_from is not None:
-            new_stamp = deferred_from
-        elif fresh:
-            new_stamp = fresh[-1].stamp if limited else cutoff
-        else:
-            new_stamp = cutoff
-        if marks.stamp is not None and limited and new_stamp <= marks.stamp:
-            # A whole step is one open cluster: close it rather than loop forever.
-            clusters, noise, deferred, _ = clusters_of(fresh, params, per_layer, None)
-            new_stamp, deferred = fresh[-1].stamp, []
-        if marks.stamp is not None:
-            new_stamp = max(new_stamp, marks.stamp)
-        if late:  # behind the mark: everything closes now
-            late.sort(key=lambda r: (r.stamp, r.id))
-            late_clusters, late_noise, _, _ = clusters_of(late, params, per_layer, None)
-            clusters = sorted(clusters + late_clusters, key=lambda c: (c[0].stamp, c[0].id))
-            noise += late_noise
-        new_marks = Marks(stamp=new_stamp, id=max(marks.id, int(top_id)))
-
-        return WindowStep(clusters=clusters, kinds=classify_layers([r for c in clusters for r in c]),
-                          noise=len(noise), deferred=len(deferred), candidates=len(fresh) + len(late), marks=new_marks,
-                          released=list(released), more=limited or late_limited)
-
-    def plan_drafts(self, conn: Any, config: Any, cutoff: float) -> "WindowStep":
-        """``plan_step`` with every cluster drafted (plain summaries): what the maintenance process returns."""
-        step = self.plan_step(conn, config, cutoff, cluster_params(config))
-        step.clusters = [draft_gist(rows, step.kinds, self.writer, "time_window") for rows in step.clusters]
-        step.kinds, step.drafted = {}, True
-        return step
-
 
 @dataclass
 class WindowStep:

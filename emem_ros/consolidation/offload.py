@@ -40,7 +40,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar, cast
+from typing import Any, Callable, Optional, TypeVar
 
 from emem_ros.core.errors import EmemError
 
@@ -68,7 +68,7 @@ class OffloadError(EmemError):
 Plan = TypeVar("Plan")
 
 
-def planned(offload: Optional["MaintenanceProcess"], name: str, answers: tuple[type, ...],
+def planned(offload: Optional["MaintenanceProcess"], name: str, answers: tuple[type[Plan], ...],
             stop: Optional[threading.Event], what: str, here: Callable[[], Plan], **args: Any) -> Plan:
     """A step's plan from the maintenance process when there is one, else ``here()``.
 
@@ -80,7 +80,7 @@ def planned(offload: Optional["MaintenanceProcess"], name: str, answers: tuple[t
         try:
             answer = offload.request(name, None if stop is None else stop.is_set, **args)
             if isinstance(answer, answers):
-                return cast(Plan, answer)  # one of the types the caller's plan may be
+                return answer
             raise OffloadError(f"the maintenance process answered {type(answer).__name__}")
         except OffloadError as exc:
             if stop is None or not stop.is_set():
@@ -121,8 +121,10 @@ class MaintenanceProcess:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     # ------------------------------------------------------------------ requests
-    def request(self, name: str, stop: Optional[Callable[[], bool]] = None, **args: Any) -> Any:
-        """Send one request and wait for its answer; ``stop()`` true abandons it (the child is replaced)."""
+    def request(self, name: str, stop: Optional[Callable[[], bool]] = None, **args: Any) -> object:
+        """Send one request and wait for its answer; ``stop()`` true abandons it (the child is replaced).
+
+        The answer is whatever the child sent (unpickled): the caller checks its type (``planned``)."""
         with self._lock:
             if not self.usable:
                 raise OffloadError("the maintenance process is not available")
@@ -147,6 +149,7 @@ class MaintenanceProcess:
             return value
 
     def _wait(self, conn: Connection, stop: Optional[Callable[[], bool]]) -> Any:
+        """The child's answer as unpickled: ("ok", plan) or ("error", traceback) (``offload_child._serve``)."""
         deadline = time.monotonic() + self.reply_timeout
         while not conn.poll(_POLL):
             if self._closed or (stop is not None and stop()):

@@ -17,9 +17,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Optional
 
-from emem_ros.consolidation.archive_plan import plan_batch
-from emem_ros.consolidation.entities import EntityExtractor
-from emem_ros.consolidation.gists import TimeWindowConsolidator
+from emem_ros.consolidation.archive_plan import ArchiveBatch, plan_batch
+from emem_ros.consolidation.entities import EntityPlanner, SightingStep
+from emem_ros.consolidation.gists import TimeWindowPlanner, WindowStep
 from emem_ros.consolidation.rows import RowMemo
 from emem_ros.consolidation.summaries import SummaryWriter
 
@@ -30,8 +30,7 @@ class _Planner:
     def __init__(self, db_path: str) -> None:
         self.db_path = db_path
         self._db: Optional[sqlite3.Connection] = None
-        self._entities: Any = None
-        self._window: Any = None
+        self._passes: Optional[tuple[EntityPlanner, TimeWindowPlanner]] = None
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -41,22 +40,21 @@ class _Planner:
             self._db.execute("PRAGMA busy_timeout=30000")
         return self._db
 
-    def answer(self, name: str, args: dict[str, Any]) -> Any:
+    def answer(self, name: str, args: dict[str, Any]) -> ArchiveBatch | Optional[SightingStep] | WindowStep:
         if name == "plan_archive":
             return plan_batch(self.db, **args)
         if name == "plan_entities":
-            return self._passes()[0].plan_step(self.db, args["config"], args["now"], args["final"])
+            return self.passes()[0].plan_step(self.db, args["config"], args["now"], args["final"])
         if name == "plan_time_window":
-            return self._passes()[1].plan_drafts(self.db, args["config"], args["cutoff"])
+            return self.passes()[1].plan_drafts(self.db, args["config"], args["cutoff"])
         raise ValueError(f"unknown request {name!r}")
 
-    def _passes(self) -> tuple[Any, Any]:
+    def passes(self) -> tuple[EntityPlanner, TimeWindowPlanner]:
         """The entity and time-window passes (reading only), sharing their rows as in the serving process."""
-        if self._entities is None:
+        if self._passes is None:
             rows = RowMemo()
-            self._entities = EntityExtractor(None, None, rows)  # type: ignore[arg-type]  # no engine: reads only
-            self._window = TimeWindowConsolidator(None, SummaryWriter(None), rows)  # type: ignore[arg-type]
-        return self._entities, self._window
+            self._passes = EntityPlanner(None, rows), TimeWindowPlanner(SummaryWriter(None), rows)
+        return self._passes
 
 
 def _serve(conn: Connection, parent: int, db_path: str, idle_exit: float) -> None:
@@ -74,7 +72,7 @@ def _serve(conn: Connection, parent: int, db_path: str, idle_exit: float) -> Non
         except (EOFError, OSError):  # the parent closed or died
             return
         try:
-            answer: tuple[str, Any] = ("ok", planner.answer(name, args))
+            answer: tuple[str, object] = ("ok", planner.answer(name, args))
         except Exception:  # reported to the parent, which does the work itself
             answer = ("error", traceback.format_exc(limit=8))
         try:
