@@ -29,11 +29,12 @@ body layer's values map to the levels its texts showed (``body.scales`` in
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from emem_ros.consolidation.archive_plan import ArchiveBatch, plan_batch
 from emem_ros.consolidation.coldstore import ColdStore
@@ -151,7 +152,7 @@ class Archiver:
         report.places_removed += len(place_ids)
 
 
-def _remember_body_scales(conn: Any, readings: list[tuple[int, str, str, Optional[float]]]) -> None:
+def _remember_body_scales(conn: sqlite3.Connection, readings: list[tuple[int, str, str, Optional[float]]]) -> None:
     """Inside the archiving transaction: the value-to-shown-level scale of each body layer archived.
 
     ``readings``: (row index, layer, text, value) of the part's body readings with a text, in row order.

@@ -98,6 +98,7 @@ import logging
 import math
 import operator
 import re
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -114,6 +115,7 @@ from emem_ros.consolidation.offload import MaintenanceProcess, planned
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks
 from emem_ros.consolidation.summaries import SummarizerLike
+from emem_ros.core.config import MemoryConfig
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.triangulation import Fix
@@ -496,7 +498,7 @@ def same_object_reach(state: EntityState, radius: float) -> float:
     return min(radius, INSTANCE_SEPARATION + 2.0 * state.object.spread)
 
 
-def cooccurrences(conn: Any, entity_number: int) -> list[tuple[str, float]]:
+def cooccurrences(conn: sqlite3.Connection, entity_number: int) -> list[tuple[str, float]]:
     """Entities seen in the same visits as this one, with how many visits, most first."""
     me = make_id(NodeKind.ENTITY, entity_number)
     kind = EdgeKind.COOCCURS_WITH.value
@@ -534,7 +536,7 @@ class EntityPlanner:
         """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._llm_failures = 0
 
-    def plan_step(self, conn: Any, config: Any, now: float, final: bool,
+    def plan_step(self, conn: sqlite3.Connection, config: MemoryConfig, now: float, final: bool,
                   stop: Optional[threading.Event] = None) -> Optional["SightingStep"]:
         """Read what is new since the marks, cut it into visits and those into sightings (no writes).
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -197,7 +198,7 @@ def apply(store: "MemoryStore", plan: EntityPlan, budget: TransactionBudget, pro
             stop.is_set()  # pauses while a question runs; a stop waits for the plan's end
 
 
-def _run(conn: Any, plan: EntityPlan, progress: Progress, start: int, end: int) -> list[tuple[int, np.ndarray]]:
+def _run(conn: sqlite3.Connection, plan: EntityPlan, progress: Progress, start: int, end: int) -> list[tuple[int, np.ndarray]]:
     """Statements ``start`` to ``end`` (plan order) in this transaction; returns the entities it made."""
     created: list[tuple[int, np.ndarray]] = []
     n_entities, n_observed = len(plan.entities), len(plan.observed)
@@ -243,7 +244,7 @@ def _run(conn: Any, plan: EntityPlan, progress: Progress, start: int, end: int) 
     return created
 
 
-def _existing(conn: Any, table: str, ids: set[int]) -> set[int]:
+def _existing(conn: sqlite3.Connection, table: str, ids: set[int]) -> set[int]:
     """Which of these rows still exist (a forget may have committed between two parts)."""
     found: set[int] = set()
     for chunk in chunked(sorted(ids)):

@@ -18,6 +18,7 @@ consolidation resumed after a shutdown still has it.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ class EpisodeBook:
                 target.append(number)
             write_episode_queue(conn, queue)
 
-    def done(self, conn: Any, number: int) -> None:
+    def done(self, conn: sqlite3.Connection, number: int) -> None:
         """Inside the caller's transaction: the episode left the pending list."""
         queue = read_episode_queue(conn)
         if number in queue.pending:
@@ -170,7 +171,7 @@ def summarise_episode(engine: "Engine", writer: SummaryWriter, episode: Episode,
     return writer.write(lines, _episode_context(episode), fallback)
 
 
-def episode_body_line(conn: Any, number: int) -> str:
+def episode_body_line(conn: sqlite3.Connection, number: int) -> str:
     """``battery 80%→62%``: each body layer's first and last readings of the episode.
 
     Index probes only (a few rows at each end per layer), however long the

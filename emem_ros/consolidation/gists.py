@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from emem_ros.consolidation.state import (
     write_marks,
 )
 from emem_ros.consolidation.summaries import SummaryWriter, body_digest, digest
+from emem_ros.core.config import MemoryConfig
 from emem_ros.core.types import EpisodeStatus, NodeKind, Position, SourceType, Tier, make_id
 from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked
@@ -114,7 +116,7 @@ class ConsolidationReport:
         return len(self.gist_ids)
 
 
-def cluster_params(config: Any, *, min_samples: Optional[int] = None) -> ClusterParams:
+def cluster_params(config: MemoryConfig, *, min_samples: Optional[int] = None) -> ClusterParams:
     return ClusterParams(
         eps=float(config.consolidation_spatial_eps),
         min_samples=int(config.consolidation_min_samples if min_samples is None else min_samples),
@@ -204,7 +206,7 @@ def draft_gist(rows: Sequence[ObsRow], kinds: dict[str, LayerKind], writer: Summ
     )
 
 
-def promote(conn: Any, ids: Sequence[int], now: float, gist_id: Optional[int] = None) -> None:
+def promote(conn: sqlite3.Connection, ids: Sequence[int], now: float, gist_id: Optional[int] = None) -> None:
     """Move rows to long_term inside the caller's transaction, linked to ``gist_id`` when given.
 
     The same update ``MemoryStore.add_gist`` makes for a gist's sources, so
@@ -298,7 +300,7 @@ def write_gists(engine: "Engine", clusters: Sequence[Any], draft: Callable[[Any]
     return out
 
 
-def blocked_episodes(conn: Any, pending: Sequence[int]) -> list[int]:
+def blocked_episodes(conn: sqlite3.Connection, pending: Sequence[int]) -> list[int]:
     """Episodes whose observations a time-window run must not touch: active or awaiting consolidation."""
     active = [r[0] for r in conn.execute("SELECT id FROM episodes WHERE status = ?", (EpisodeStatus.ACTIVE.value,))]
     return sorted(set(active) | set(pending))
@@ -316,7 +318,7 @@ class TimeWindowPlanner:
         self.rows = rows
         """Rows an entity pass already read (shared with it; None: read everything)."""
 
-    def plan_step(self, conn: Any, config: Any, cutoff: float, params: ClusterParams) -> "WindowStep":
+    def plan_step(self, conn: sqlite3.Connection, config: MemoryConfig, cutoff: float, params: ClusterParams) -> "WindowStep":
         """Read the rows due and cut them into clusters (no writes); the maintenance process runs it too."""
         marks = read_marks(conn, CONSOLIDATION_MARKS)
         queue = read_episode_queue(conn)
@@ -374,7 +376,7 @@ class TimeWindowPlanner:
                           noise=len(noise), deferred=len(deferred), candidates=len(fresh) + len(late), marks=new_marks,
                           released=list(released), more=limited or late_limited)
 
-    def plan_drafts(self, conn: Any, config: Any, cutoff: float) -> "WindowStep":
+    def plan_drafts(self, conn: sqlite3.Connection, config: MemoryConfig, cutoff: float) -> "WindowStep":
         """``plan_step`` with every cluster drafted (plain summaries): what the maintenance process returns."""
         step = self.plan_step(conn, config, cutoff, cluster_params(config))
         step.clusters = [draft_gist(rows, step.kinds, self.writer, "time_window") for rows in step.clusters]
@@ -421,7 +423,7 @@ class TimeWindowConsolidator(TimeWindowPlanner):
         report.candidates += step.candidates
         handled_released = set(step.released)
 
-        def finish(wconn: Any) -> None:
+        def finish(wconn: sqlite3.Connection) -> None:
             write_marks(wconn, CONSOLIDATION_MARKS, step.marks)
             if handled_released:
                 current = read_episode_queue(wconn)

@@ -20,6 +20,7 @@ from emem_ros.consolidation.rows import RowMemo
 from emem_ros.consolidation.summaries import SummarizerLike, SummaryWriter, is_summarizer
 from emem_ros.consolidation.worker import ConsolidationWorker, WorkerClosedError
 from emem_ros.core.collector import CollectorPause
+from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import InvalidInputError, StoreError
 from emem_ros.core.periodic import PeriodicThread
 
@@ -65,7 +66,7 @@ def make_summarizer(llm_client: object, max_seconds: Optional[float] = None) -> 
     return Summarizer(llm_client, max_seconds=max_seconds)
 
 
-def check_config(config: Any) -> None:
+def check_config(config: MemoryConfig) -> None:
     """The consolidation fields ``MemoryConfig.validate`` does not know about."""
     for name in ("consolidation_min_dwell", "consolidation_close_timeout", "maintenance_interval"):
         value = getattr(config, name)

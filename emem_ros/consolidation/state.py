@@ -64,7 +64,7 @@ def _read(conn: sqlite3.Connection, key: str) -> Any:
         return None
 
 
-def _write(conn: Any, key: str, value: Any) -> None:
+def _write(conn: sqlite3.Connection, key: str, value: Any) -> None:
     conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
                  (key, json.dumps(value, separators=(",", ":"))))
 
@@ -77,7 +77,7 @@ def read_marks(conn: sqlite3.Connection, key: str) -> Marks:
     return Marks(stamp=float(stamp) if isinstance(stamp, (int, float)) else None, id=int(value.get("id") or 0))
 
 
-def write_marks(conn: Any, key: str, marks: Marks) -> None:
+def write_marks(conn: sqlite3.Connection, key: str, marks: Marks) -> None:
     _write(conn, key, {"stamp": marks.stamp, "id": marks.id})
 
 
@@ -89,7 +89,7 @@ def read_episode_queue(conn: sqlite3.Connection) -> EpisodeQueue:
                         released=[int(v) for v in value.get("released") or []])
 
 
-def write_episode_queue(conn: Any, queue: EpisodeQueue) -> None:
+def write_episode_queue(conn: sqlite3.Connection, queue: EpisodeQueue) -> None:
     _write(conn, EPISODES, {"pending": sorted(set(queue.pending)), "released": sorted(set(queue.released))})
 
 
@@ -101,7 +101,7 @@ def read_body_scales(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
             if isinstance(v, dict) and isinstance(v.get("scale"), (int, float)) and isinstance(v.get("unit"), str)}
 
 
-def write_body_scales(conn: Any, scales: dict[str, dict[str, Any]]) -> None:
+def write_body_scales(conn: sqlite3.Connection, scales: dict[str, dict[str, Any]]) -> None:
     _write(conn, BODY_SCALES, scales)
 
 
@@ -110,9 +110,9 @@ def read_value(conn: sqlite3.Connection, key: str) -> Any:
     return _read(conn, key)
 
 
-def write_value(conn: Any, key: str, value: Any) -> None:
+def write_value(conn: sqlite3.Connection, key: str, value: Any) -> None:
     _write(conn, key, value)
 
 
-def drop_value(conn: Any, key: str) -> None:
+def drop_value(conn: sqlite3.Connection, key: str) -> None:
     conn.execute("DELETE FROM meta WHERE key=?", (key,))
