@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.consolidation.rows import ObsRow
 from emem_ros.geometry.rays import RAY_KEY, Ray, RaySet, view_range_of, wrap_array
 from emem_ros.geometry.triangulation import (
     DIRECTION_BIN,
@@ -57,7 +58,7 @@ class Partition:
     fix: Optional[Fix] = None
 
 
-def rays_of_rows(rows: Sequence[Any]) -> RaySet:
+def rays_of_rows(rows: Sequence[ObsRow]) -> RaySet:
     """The rays of consolidation rows (``ObsRow``); ``key`` is the row's index in ``rows``."""
     values = []
     for i, row in enumerate(rows):
@@ -73,7 +74,7 @@ def rays_of_rows(rows: Sequence[Any]) -> RaySet:
     return RaySet.from_rows(values)
 
 
-def partition(rows: Sequence[Any]) -> list[Partition]:
+def partition(rows: Sequence[ObsRow]) -> list[Partition]:
     """A visit's rows of one label, by the objects their rays meet at (rows without a ray stay with the rest)."""
     rays = rays_of_rows(rows)
     if len(rays) < 2:

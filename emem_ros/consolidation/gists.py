@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -51,6 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine
 
 log = logging.getLogger(__name__)
+Item = TypeVar("Item")
+"""What ``write_gists`` drafts from: a cluster's rows, or a draft already made."""
 
 GISTS_PER_TRANSACTION = 32
 ROWS_PER_RUN = 100_000
@@ -239,9 +241,9 @@ def _parts(batch: Sequence[GistDraft], rows: int) -> list[list[GistDraft]]:
     return parts
 
 
-def write_gists(engine: "Engine", clusters: Sequence[Any], draft: Callable[[Any], GistDraft],
+def write_gists(engine: "Engine", clusters: Sequence[Item], draft: Callable[[Item], GistDraft],
                 now: float, stop: Optional[threading.Event] = None,
-                finish: Optional[Callable[[Any], None]] = None) -> WriteOutcome:
+                finish: Optional[Callable[[sqlite3.Connection], None]] = None) -> WriteOutcome:
     """Summarise, embed and store clusters a few per transaction; ``finish(conn)`` runs in the last one.
 
     ``draft`` turns an item of ``clusters`` (rows, or a draft already made) into a ``GistDraft``.
@@ -379,8 +381,8 @@ class TimeWindowPlanner:
     def plan_drafts(self, conn: sqlite3.Connection, config: MemoryConfig, cutoff: float) -> "WindowStep":
         """``plan_step`` with every cluster drafted (plain summaries): what the maintenance process returns."""
         step = self.plan_step(conn, config, cutoff, cluster_params(config))
-        step.clusters = [draft_gist(rows, step.kinds, self.writer, "time_window") for rows in step.clusters]
-        step.kinds, step.drafted = {}, True
+        step.drafts = [draft_gist(rows, step.kinds, self.writer, "time_window") for rows in step.clusters]
+        step.clusters, step.kinds = [], {}
         return step
 
 
@@ -430,13 +432,12 @@ class TimeWindowConsolidator(TimeWindowPlanner):
                 current.released = [e for e in current.released if e not in handled_released]
                 write_episode_queue(wconn, current)
 
-        draft: Callable[[Any], GistDraft]
-        if step.drafted:
-            draft = self._drafted
+        if step.drafts is not None:
+            outcome = write_gists(engine, step.drafts, self._drafted, engine.now(), stop, finish)
         else:
             kinds = step.kinds
-            draft = lambda rows: draft_gist(rows, kinds, self.writer, "time_window")  # noqa: E731
-        outcome = write_gists(engine, step.clusters, draft, engine.now(), stop, finish)
+            outcome = write_gists(engine, step.clusters, lambda rows: draft_gist(rows, kinds, self.writer, "time_window"),
+                                  engine.now(), stop, finish)
         report.gist_ids += [make_id(NodeKind.GIST, i) for i in outcome.gist_ids]
         report.observations += outcome.observations
         report.readings += outcome.readings
@@ -467,8 +468,8 @@ class TimeWindowConsolidator(TimeWindowPlanner):
 class WindowStep:
     """One time-window step's reading: its clusters (or their drafts) and the marks to write with them."""
 
-    clusters: list[Any]
-    """Row lists, or ``GistDraft``s when ``drafted``."""
+    clusters: list[list[ObsRow]]
+    """Row lists (empty once drafted)."""
     kinds: dict[str, LayerKind]
     noise: int
     deferred: int
@@ -476,4 +477,5 @@ class WindowStep:
     marks: Marks
     released: list[int]
     more: bool
-    drafted: bool = False
+    drafts: Optional[list[GistDraft]] = None
+    """The clusters as drafts, made by the maintenance process (``plan_drafts``); None: not drafted."""
