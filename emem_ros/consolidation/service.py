@@ -78,7 +78,7 @@ def check_config(config: MemoryConfig) -> None:
 
 
 class ConsolidationService:
-    def __init__(self, engine: "Engine", llm_client: Any = None) -> None:
+    def __init__(self, engine: "Engine", llm_client: object = None) -> None:
         check_config(engine.config)
         self.engine = engine
         self.summarizer = make_summarizer(llm_client, engine.config.llm_timeout)
