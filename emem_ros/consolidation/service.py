@@ -8,7 +8,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar, Union
 
 from emem_ros.consolidation.archival import Archiver, ArchiveReport
 from emem_ros.consolidation.coldstore import ColdStore
