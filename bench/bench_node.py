@@ -121,6 +121,18 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def children_rss_mb(pid: int) -> float:
+    """Resident MB of the node's child processes (the maintenance process, while maintenance runs)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                total += rss_mb(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return total
+
+
 def loadavg() -> str:
     return Path("/proc/loadavg").read_text().strip()
 
@@ -154,6 +166,7 @@ class Run:
     startup_s: float = 0.0
     rss_idle_mb: float = 0.0
     rss_max_mb: float = 0.0
+    rss_children_max_mb: float = 0.0
     cpu_idle: float = 0.0
     cpu_intake: float = 0.0
     cpu_with_queries: float = 0.0
@@ -309,6 +322,7 @@ def run_once(embedder: str, rate: float, bag_seconds: float, quiet_fraction: flo
         while time.monotonic() < quiet_end and bag.poll() is None:
             client.spin(0.5)
             run.rss_max_mb = max(run.rss_max_mb, rss_mb(pid))
+            run.rss_children_max_mb = max(run.rss_children_max_mb, children_rss_mb(pid))
         run.cpu_intake = intake.percent()
 
         loaded = CpuMeter(pid)
@@ -346,6 +360,7 @@ def run_once(embedder: str, rate: float, bag_seconds: float, quiet_fraction: flo
                 turn += 1
                 next_query = now + 0.5
             run.rss_max_mb = max(run.rss_max_mb, rss_mb(pid))
+            run.rss_children_max_mb = max(run.rss_children_max_mb, children_rss_mb(pid))
             client.spin(0.05)
         run.cpu_with_queries = loaded.percent()
         stats, _ = client.call("memory_stats", "MemoryStats")
@@ -388,6 +403,7 @@ def table(runs: list[Run]) -> list[str]:
     lines.append("")
     for r in runs:
         lines.append(f"{r.embedder} {r.rate:g}x: load before {r.load_before} | after {r.load_after}; "
+                     f"child processes' largest RSS {r.rss_children_max_mb:.0f} MB; "
                      f"stored {json.dumps(r.stored, sort_keys=True)}")
     return lines
 
