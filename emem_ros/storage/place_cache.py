@@ -167,7 +167,7 @@ class PlaceCache:
         self._layer_names: list[str] = []
         self._layer_code: dict[str, int] = {}
         self._by_text: dict[int, np.ndarray] = {}
-        self._by_text_cell: dict[int, np.ndarray] = {}
+        self._by_text_cell: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         """Per text, its rows in (layer name, cx, cy, cz) order: ``near``'s order without a sort per query."""
         self._grid: Optional[CellGrid] = None
         """Rows per cell for ``nearest``: built on first use, extended by appends."""
@@ -321,19 +321,23 @@ class PlaceCache:
             self._by_text[text_id] = positions
         return positions
 
-    def _cell_ordered(self, text_id: int) -> np.ndarray:
-        """The text's rows by (layer name, cx, cy, cz), the unique index's order: a place never changes
-        its key, so the order holds until the text gets new rows (``_append`` drops it then)."""
-        positions = self._by_text_cell.get(text_id)
-        if positions is None:
+    def _cell_ordered(self, text_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """The text's rows by (layer name, cx, cy, cz), the unique index's order, and their keys (rows cx,
+        cy, cz, layer code) side by side: a place never changes its key, so both hold until the text gets
+        new rows (``_append`` drops them then). The keys are kept contiguous because ``near`` filters
+        every row of its texts by them, and gathering them from the full columns costs a cache miss each."""
+        held = self._by_text_cell.get(text_id)
+        if held is None:
             positions = self._positions(text_id)
+            cols = self._cols
             if len(positions) > 1:
-                cols = self._cols
                 name_rank = np.argsort(np.argsort(np.asarray(self._layer_names, dtype=object)))
                 positions = positions[np.lexsort((cols["cz"][positions], cols["cy"][positions],
                                                   cols["cx"][positions], name_rank[cols["layer_code"][positions]]))]
-            self._by_text_cell[text_id] = positions
-        return positions
+            keys = np.stack([cols[name][positions] for name in ("cx", "cy", "cz", "layer_code")]) \
+                if len(positions) else np.empty((4, 0), np.int64)
+            held = self._by_text_cell[text_id] = (positions, keys)
+        return held
 
     def _take(self, positions: np.ndarray) -> PlaceArrays:
         cols = self._cols
@@ -397,14 +401,15 @@ class PlaceCache:
             # filters keep that order, which is the SQL's (text, layer, cx, cy, cz).
             wanted = sorted(set(int(t) for t in text_ids))
             parts = [self._cell_ordered(t) for t in wanted]
-            pos = np.concatenate(parts) if parts else np.empty(0, np.int64)
+            pos = np.concatenate([p for p, _ in parts]) if parts else np.empty(0, np.int64)
             if not len(pos):
                 return PlaceArrays.empty()
-            px, py = cols["cx"][pos], cols["cy"][pos]
-            code = rank[cols["layer_code"][pos]]
+            keys = np.concatenate([k for _, k in parts], axis=1)
+            px, py = keys[0], keys[1]
+            code = rank[keys[3]]
             keep = (px >= x0) & (px <= x1) & (py >= y0) & (py <= y1) & (code >= 0)
             if three_d:
-                pz = cols["cz"][pos]
+                pz = keys[2]
                 keep &= (pz >= z0) & (pz <= z1)
             pos = pos[keep]
             count = cols["count"][pos]
