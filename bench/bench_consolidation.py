@@ -83,10 +83,11 @@ def matched(spans: list[tuple[float, float]], gist_ranges: list[tuple[float, flo
     return sum(1 for start, end in spans if sum(1 for m in middles if start <= m <= end) == 1)
 
 
-def run_ours(rows: list[Row], visits: int, folder: Path, spans: list[tuple[float, float]]) -> Result:
+def run_ours(rows: list[Row], visits: int, folder: Path, spans: list[tuple[float, float]],
+             in_process: bool = False) -> Result:
     clock = [0.0]
     config = MemoryConfig(db_path=str(folder / "emem_ros.db"), flush_interval=0.0, index_save_interval=0.0,
-                          working_memory_size=20_000, flush_batch_size=2048)
+                          working_memory_size=20_000, flush_batch_size=2048, maintenance_process=not in_process)
     memory = Memory(config=config, embedding_provider=HashingEmbeddingProvider(), get_current_time=lambda: clock[0])
     try:
         for text, x, y, z, stamp, layer, source, conf, meta, value in rows:
@@ -161,6 +162,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="runs of emem_ros, each on a fresh file; the median run is the one shown")
     parser.add_argument("--save", action="store_true", help="write the output to bench/results/")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--in-process", action="store_true",
+                        help="maintenance_process=False: ours reads and plans in this process (no child)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     n = 5000 if args.quick else args.n
@@ -183,7 +186,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         for k in range(max(1, args.repeat)):
             folder = Path(tmp) / f"ours-{k}"
             folder.mkdir()
-            runs.append(run_ours(rows, info.visits, folder, info.visit_spans))
+            runs.append(run_ours(rows, info.visits, folder, info.visit_spans, args.in_process))
         runs.sort(key=lambda r: r.seconds)
         ours = runs[(len(runs) - 1) // 2]
         results.append(ours)
