@@ -44,7 +44,9 @@ def test_the_principal_point_looks_along_the_robot_and_its_mounting():
 def test_a_box_left_of_centre_lies_counter_clockwise():
     ray = camera_ray(0.0, 0.0, 0.0, 0.0, Mounting(), CAMERA, 120.0, 140.0, 10.0, 4.0, 0.0)
     assert ray.azimuth == pytest.approx(math.atan2(200.0, 400.0))
-    assert ray.elevation == pytest.approx(math.atan2(100.0, 400.0))  # above the centre row: looking up
+    # above the centre row: looking up; the pixel's ray is (200, 100, 400) px from the camera's centre, so its
+    # elevation is measured from the horizontal through that direction, not along the optical axis
+    assert ray.elevation == pytest.approx(math.atan2(100.0, math.hypot(400.0, 200.0)))
 
 
 def test_the_angular_noise_grows_with_pixel_noise_heading_noise_and_box_width():

@@ -24,6 +24,11 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from emem_ros.frames.transform import Transform, from_yaw
+
+OPTICAL_IN_BODY = Transform((0.0, 0.0, 0.0), (-0.5, 0.5, -0.5, 0.5))
+"""body (x forward, y left, z up) <- optical (z forward, x right, y down): REP 103's rpy(-pi/2, 0, -pi/2)."""
+
 RAY_KEY = "ray"
 VIEW_RANGE_KEY = "view_range"
 DEFAULT_VIEW_RANGE = 6.0
@@ -85,6 +90,10 @@ class Mounting:
     z: float = 0.0
     yaw: float = 0.0
 
+    def transform(self) -> Transform:
+        """base <- optical frame of a level camera at this place, looking along ``yaw``."""
+        return from_yaw(self.x, self.y, self.z, self.yaw).compose(OPTICAL_IN_BODY)
+
 
 @dataclass(frozen=True)
 class Intrinsics:
@@ -105,34 +114,43 @@ class Intrinsics:
 def camera_ray(robot_x: float, robot_y: float, robot_z: float, robot_yaw: float, mounting: Mounting,
                intrinsics: Intrinsics, u: float, v: Optional[float], box_width: Optional[float],
                pixel_noise: float, heading_noise: float) -> Optional[Ray]:
-    """The ray of a box centred at pixel column ``u`` (row ``v``) seen from the given robot pose.
+    """The ray of a box seen from a planar robot pose and the camera's static ``mounting`` (no TF)."""
+    robot = from_yaw(robot_x, robot_y, robot_z, robot_yaw)
+    return ray_from_camera(robot.compose(mounting.transform()), intrinsics, u, v, box_width, pixel_noise,
+                           heading_noise)
 
-    Image x points right and the camera looks along its optical axis, so a
-    box left of the principal point (u < cx) lies at a positive (counter-
-    clockwise) angle. The angular noise combines the detector's pixel noise,
-    the heading's and ``BOX_WIDTH_SHARE`` of the box's angular width (a big
-    object's box centre is a vague bearing of its centre). None when the
-    centre lies outside the image, or the box is cut by the image border
-    (``cut_by_border``): the object's centre may then lie anywhere beyond it.
+
+def ray_from_camera(camera: Transform, intrinsics: Intrinsics, u: float, v: Optional[float],
+                    box_width: Optional[float], pixel_noise: float, heading_noise: float) -> Optional[Ray]:
+    """The ray of a box centred at pixel (``u``, ``v``) from a camera at ``camera`` (fixed <- optical frame).
+
+    The optical frame is REP 103's: z along the optical axis, x right in the
+    image, y down. The pixel's direction ((u - cx) / fx, (v - cy) / fy, 1) is
+    turned into the fixed frame: its azimuth (counter-clockwise from the
+    fixed frame's x axis) and elevation (up from the horizontal). Without
+    vertical intrinsics the row is taken as the centre row. The angular noise
+    combines the detector's pixel noise, the heading's and ``BOX_WIDTH_SHARE``
+    of the box's angular width (a big object's box centre is a vague bearing
+    of its centre). None when the centre lies outside the image, or the box
+    is cut by the image border (``cut_by_border``): the object's centre may
+    then lie anywhere beyond it.
     """
     if not intrinsics.usable() or not (math.isfinite(u) and -0.5 <= u <= intrinsics.width + 0.5):
         return None
     if cut_by_border(u, box_width, intrinsics):
         return None
-    angle = math.atan2(intrinsics.cx - u, intrinsics.fx)
-    cos_y, sin_y = math.cos(robot_yaw), math.sin(robot_yaw)
-    ox = robot_x + cos_y * mounting.x - sin_y * mounting.y
-    oy = robot_y + sin_y * mounting.x + cos_y * mounting.y
-    elevation = 0.0
+    down = 0.0
     if v is not None and math.isfinite(v) and intrinsics.fy > 0.0 and intrinsics.height > 0:
-        elevation = math.atan2(intrinsics.cy - v, intrinsics.fy)
+        down = (v - intrinsics.cy) / intrinsics.fy
+    dx, dy, dz = camera.rotate(((u - intrinsics.cx) / intrinsics.fx, down, 1.0))
     variance = (pixel_noise / intrinsics.fx) ** 2 + heading_noise ** 2
     if box_width is not None and math.isfinite(box_width) and box_width > 0.0:
         variance += (BOX_WIDTH_SHARE * box_width / intrinsics.fx) ** 2
     sigma = math.sqrt(variance)
-    if sigma > MAX_SIGMA:
+    if sigma > MAX_SIGMA or math.hypot(dx, dy) < 1e-9:  # vague, or looking straight up or down
         return None
-    return Ray(ox, oy, robot_z + mounting.z, wrap(robot_yaw + mounting.yaw + angle), elevation, sigma)
+    ox, oy, oz = camera.translation
+    return Ray(ox, oy, oz, wrap(math.atan2(dy, dx)), math.atan2(dz, math.hypot(dx, dy)), sigma)
 
 
 BORDER = 1.0

@@ -24,5 +24,9 @@ class ObservationDraft:
     position: Optional[Position] = None
     """Object position when the message says where the thing is (3-D detections)."""
     frame_id: Optional[str] = None
+    """Frame of ``position`` (the message's header.frame_id); the ingest path turns it into the fixed frame."""
     value: Optional[float] = None
     """The numeric reading of a body-state message (battery fraction, degrees C, ...)."""
+    sensor_frame: Optional[str] = None
+    """Frame of the sensor that perceived it (a camera's optical frame): where a 2-D detection's bearing
+    starts. Not stored; the ingest path asks TF for it."""

@@ -15,7 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from emem_ros.geometry.rays import Intrinsics, Mounting, Ray, camera_ray, cut_by_border
+from emem_ros.frames.transform import Transform
+from emem_ros.geometry.rays import Intrinsics, Mounting, Ray, cut_by_border, ray_from_camera
 
 DEFAULT_PIXEL_NOISE = 4.0
 """Pixels (1 sigma) a detector's box centre wanders by: 1-2 % of a 640 px image."""
@@ -103,8 +104,14 @@ class LayerCamera:
             self.infos += 1
         return True
 
-    def ray(self, x: float, y: float, z: float, yaw: float, bbox: Any) -> tuple[Optional[Ray], str]:
-        """The ray of a draft's box (metadata ``bbox``) from the robot pose; (None, why) when there is none."""
+    def mounted(self, robot: Transform) -> Transform:
+        """fixed frame <- optical frame of this camera on a robot at ``robot``, from the static ``camera.*``
+        parameters (the fallback where no TF for the camera exists)."""
+        return robot.compose(self.spec.mounting.transform())
+
+    def ray(self, camera: Transform, bbox: Any) -> tuple[Optional[Ray], str]:
+        """The ray of a draft's box (metadata ``bbox``) from the camera's optical frame at ``camera`` (fixed
+        frame <- optical); (None, why) when there is none."""
         from emem_ros.ros.adapters.base import as_float
 
         intrinsics = self.intrinsics
@@ -120,8 +127,7 @@ class LayerCamera:
         width = as_float(size[0]) if isinstance(size, (list, tuple)) and size else None
         if cut_by_border(u, width, intrinsics):
             return None, "the box is cut by the image border (the object's centre may lie beyond it)"
-        ray = camera_ray(x, y, z, yaw, self.spec.mounting, intrinsics, u, v, width, self.spec.pixel_noise,
-                         self.spec.heading_noise)
+        ray = ray_from_camera(camera, intrinsics, u, v, width, self.spec.pixel_noise, self.spec.heading_noise)
         if ray is None:
-            return None, "the box centre lies outside the image"
+            return None, "the box centre lies outside the image, or the camera looks straight up or down"
         return ray, ""

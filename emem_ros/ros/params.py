@@ -103,6 +103,13 @@ class NodeParams:
     odom_history_seconds: float = 60.0
     odom_max_extrapolation: float = 0.5
     odom_max_gap: float = 5.0
+    fixed_frame: str = ""
+    """Frame positions are stored and answered in ('map'); '' = the odometry frame (no TF)."""
+    base_frame: str = "base_link"
+    tf_timeout: float = 0.2
+    tf_max_jump: float = 0.25
+    tf_topic: str = "/tf"
+    tf_static_topic: str = "/tf_static"
     embedding_backend: str = "sentence_transformers"
     """Resolved backend ('auto' is resolved when parsing)."""
     embedding_model: str = DEFAULT_ST_MODEL
@@ -150,11 +157,24 @@ _NODE_PARAMS: tuple[_Param, ...] = (
     _Param("odom_frame", "", "STRING",
            "Expected frame of the odometry poses; '' accepts any frame."),
     _Param("odom_history_seconds", 60.0, "DOUBLE",
-           "Seconds of odometry kept for interpolating late messages."),
+           "Seconds of odometry (and of /tf) kept for interpolating late messages."),
     _Param("odom_max_extrapolation", 0.5, "DOUBLE",
            "Seconds a stamp may lie outside the odometry history and still take the nearest pose."),
     _Param("odom_max_gap", 5.0, "DOUBLE",
            "Odometry gaps longer than this are not interpolated across (nearest pose or none)."),
+    _Param("fixed_frame", "", "STRING",
+           "Frame positions are stored and answered in (REP 105: 'map'), from TF at each message's stamp; "
+           "'' = the odometry frame, no TF."),
+    _Param("base_frame", "base_link", "STRING", "The robot's base frame: the robot's pose is fixed_frame <- base_frame."),
+    _Param("tf_timeout", 0.2, "DOUBLE",
+           "Seconds a message may wait for its transform; then it is stored with the newest transform within "
+           "odom_max_extrapolation, else without a position (counted as 'no transform')."),
+    _Param("tf_max_jump", 0.25, "DOUBLE",
+           "Metres (and radians) between two consecutive transforms of one frame that count as a jump "
+           "(relocalization, odometry restart): never interpolated across; 0 = no jump detection."),
+    _Param("tf_topic", "/tf", "STRING", "tf2_msgs/TFMessage topic of the dynamic transforms (with fixed_frame)."),
+    _Param("tf_static_topic", "/tf_static", "STRING",
+           "tf2_msgs/TFMessage topic of the static transforms, latched (with fixed_frame)."),
     _Param("embedding.backend", "auto", "STRING",
            "Embedding backend: auto (onnx if onnxruntime is installed, else sentence_transformers), onnx, "
            "sentence_transformers, ollama or hashing (tests only)."),
@@ -229,7 +249,8 @@ _MEMORY_DESCRIPTIONS = {
     "log_enabled": "Append every write to the operation log before SQLite commits it.",
     "log_segment_bytes": "Operation-log segment size in bytes.",
     "log_keep_segments": "Log segments kept behind a checkpoint (0 = keep the whole log).",
-    "frame_id": "Frame of stored positions (the odometry / map frame).",
+    "frame_id": "Frame of stored positions when fixed_frame is empty (the odometry frame); with fixed_frame set, "
+                "the memory's frame is fixed_frame.",
     "timezone": "Time zone of time words ('today', 'this morning', 'since 9:00'): 'UTC', 'Europe/Berlin', '+01:00'.",
 }
 
@@ -351,6 +372,15 @@ def parse_params(flat: dict[str, Any], *, strict_types: bool = False) -> NodePar
     memory_values["embedding_model"] = embedding_model or MemoryConfig().embedding_model
     memory_values["retention_max_age"] = _json_param("retention.max_age", get("retention.max_age"), {})
     memory_values["retention_rules"] = _json_param("retention.rules", get("retention.rules"), [])
+    fixed_frame, base_frame = _frame_param("fixed_frame", get("fixed_frame")), _frame_param("base_frame",
+                                                                                           get("base_frame"))
+    if fixed_frame:
+        if not base_frame:
+            raise ParamError("base_frame must name the robot's base frame (e.g. 'base_link') when fixed_frame is set")
+        if base_frame == fixed_frame:
+            raise ParamError(f"base_frame and fixed_frame are both {fixed_frame!r}: the robot's pose would always "
+                             "be the origin")
+        memory_values["frame_id"] = fixed_frame  # the memory's frame is the fixed frame
     try:
         memory = MemoryConfig(**memory_values).validate()
     except InvalidInputError as exc:  # its messages already name the field
@@ -359,7 +389,11 @@ def parse_params(flat: dict[str, Any], *, strict_types: bool = False) -> NodePar
     odom_topic = get("odom_topic")
     _check_topic("odom_topic", odom_topic)
     _check_positive("odom_history_seconds", get("odom_history_seconds"))
-    for name in ("odom_max_extrapolation", "odom_max_gap", "flush_period", "consolidation_period", "archive_period", "index_save_period"):
+    for topic_param in ("tf_topic", "tf_static_topic"):
+        _check_topic(topic_param, get(topic_param))
+    if get("tf_topic") == get("tf_static_topic"):
+        raise ParamError("tf_topic and tf_static_topic must differ (static transforms are latched)")
+    for name in ("tf_timeout", "tf_max_jump", "odom_max_extrapolation", "odom_max_gap", "flush_period", "consolidation_period", "archive_period", "index_save_period"):
         _check_non_negative(name, get(name))
     if get("markers_enabled"):
         _check_positive("marker_period", get("marker_period"))
@@ -386,6 +420,12 @@ def parse_params(flat: dict[str, Any], *, strict_types: bool = False) -> NodePar
         odom_history_seconds=float(get("odom_history_seconds")),
         odom_max_extrapolation=float(get("odom_max_extrapolation")),
         odom_max_gap=float(get("odom_max_gap")),
+        fixed_frame=fixed_frame,
+        base_frame=base_frame,
+        tf_timeout=float(get("tf_timeout")),
+        tf_max_jump=float(get("tf_max_jump")),
+        tf_topic=get("tf_topic"),
+        tf_static_topic=get("tf_static_topic"),
         embedding_backend=embedding_backend,
         embedding_model=embedding_model,
         ollama_host=get("ollama_host").strip(),
@@ -563,6 +603,17 @@ def _parse_embedding(backend: str, model: str) -> tuple[str, str]:
     return backend, model
 
 
+_FRAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$")
+
+
+def _frame_param(name: str, value: str) -> str:
+    """A TF frame name ('/map' is 'map'); '' stays ''. Spaces and other characters are refused."""
+    frame = str(value).strip().lstrip("/")
+    if frame and not _FRAME.match(frame):
+        raise ParamError(f"{name} {value!r} is not a TF frame name (letters, digits, '_', '.', '/', '-')")
+    return frame
+
+
 def _json_param(name: str, text: str, empty: Any) -> Any:
     """A structured parameter given as JSON text (ROS parameters cannot be maps or lists of maps)."""
     if not str(text).strip():
@@ -625,7 +676,7 @@ def _check_positive(name: str, value: float) -> None:
 
 
 def _check_non_negative(name: str, value: float) -> None:
-    if value < 0:
+    if not math.isfinite(value) or value < 0:
         raise ParamError(f"{name} must be zero or a positive number, got {value!r}")
 
 

@@ -72,7 +72,7 @@ def _adapt_array(msg: Any, layer: LayerLike, receive_time: float, three_d: bool)
         drafts.append(draft(
             layer, class_id, stamp if stamp is not None else array_stamp,
             confidence=min(1.0, max(0.0, score)), metadata=metadata, position=position,
-            frame_id=frame if position is not None else None,
+            frame_id=frame if position is not None else None, sensor_frame=frame,
         ))
     if not drafts:
         raise SkipMessage(f"none of the {len(detections)} detections has a usable hypothesis")
