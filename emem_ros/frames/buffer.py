@@ -11,9 +11,10 @@ Where this differs from tf2, on purpose:
   (``retry``): the caller waits for the transform. Only a caller that has
   stopped waiting (``clamp=True``) gets the newest transform, and only within
   ``max_extrapolation`` seconds of it.
-- No interpolation across a gap longer than ``max_gap`` nor across a jump
-  (translation over ``max_jump`` metres or rotation over ``max_jump`` radians
-  between two consecutive transforms: a relocalization, an odometry restart):
+- No interpolation across a gap longer than ``max_gap`` nor across a jump of
+  a correction edge (``map -> odom``: translation over ``max_jump`` metres or
+  rotation over ``max_jump`` radians between two consecutive transforms: a
+  relocalization, the jump that absorbs an odometry restart):
   the nearer transform answers if it is within ``max_extrapolation``, else
   nothing does. A pose is never smeared across a discontinuity.
 - A transform that would give a frame a second parent, close a cycle, is not
@@ -91,7 +92,7 @@ class TransformBuffer:
     """Frames, their parents and the transforms between them over time (see the module docstring)."""
 
     def __init__(self, history: float = 60.0, *, max_extrapolation: float = 0.5, max_gap: float = 5.0,
-                 max_jump: float = 0.25) -> None:
+                 max_jump: float = 0.25, moving_frames: frozenset[str] = frozenset()) -> None:
         for name, value in (("history", history), ("max_extrapolation", max_extrapolation),
                             ("max_gap", max_gap), ("max_jump", max_jump)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -105,6 +106,10 @@ class TransformBuffer:
         """0 = any gap is interpolated across."""
         self.max_jump = float(max_jump)
         """0 = no jump detection."""
+        self.moving_frames = frozenset(normalize(f) for f in moving_frames)
+        """Frames whose edge to their parent is motion (odom -> base_link): it may move by more than
+        ``max_jump`` between two transforms, so only gaps stop its interpolation. Every other dynamic edge
+        is a correction (map -> odom), which changes smoothly unless localization jumps."""
         self._edges: dict[str, _Edge] = {}
         """child frame -> its edge to its parent."""
         self._stats = BufferStats()
@@ -133,7 +138,7 @@ class TransformBuffer:
                 edge.transforms[:] = [transform]
                 edge.jump_before[:] = [False]
                 return None
-            self._insert(edge, float(stamp), transform)
+            self._insert(edge, child, float(stamp), transform)
             return None
 
     def add_tf_message(self, msg: Any, *, static: bool, now: Optional[float] = None) -> tuple[int, list[str]]:
@@ -242,7 +247,7 @@ class TransformBuffer:
             depth += 1
         return None
 
-    def _insert(self, edge: _Edge, stamp: float, transform: Transform) -> None:
+    def _insert(self, edge: _Edge, edge_child: str, stamp: float, transform: Transform) -> None:
         stamps, transforms, jumps = edge.stamps, edge.transforms, edge.jump_before
         if stamp > self._newest:
             self._newest = stamp
@@ -266,7 +271,7 @@ class TransformBuffer:
                 stamps.insert(index, stamp)
                 transforms.insert(index, transform)
                 jumps.insert(index, False)
-        for i in (index, index + 1):
+        for i in (index, index + 1) if edge_child not in self.moving_frames else ():
             if 0 < i < len(stamps):
                 jumps[i] = self._jumped(transforms[i - 1], transforms[i])
                 self._stats.jumps += jumps[i]

@@ -113,8 +113,8 @@ def from_message(transform: Any) -> Optional[Transform]:
     The quaternion is normalised (publishers send slightly denormalised ones);
     an all-zero one (an unset orientation) is no rotation and is refused.
     """
-    translation = getattr(transform, "translation", None) or getattr(transform, "position", None)
-    rotation = getattr(transform, "rotation", None) or getattr(transform, "orientation", None)
+    translation: Any = getattr(transform, "translation", None) or getattr(transform, "position", None)
+    rotation: Any = getattr(transform, "rotation", None) or getattr(transform, "orientation", None)
     try:
         t = (float(translation.x), float(translation.y), float(translation.z))
         q = (float(rotation.x), float(rotation.y), float(rotation.z), float(rotation.w))

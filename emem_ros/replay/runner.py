@@ -38,7 +38,7 @@ from emem_ros.core.errors import EmemError
 from emem_ros.replay.bagreader import BagError, BagInfo, BagReader
 from emem_ros.replay.decoder import DecodeError, Decoder
 from emem_ros.replay.progress import make_progress
-from emem_ros.replay.summary import LayerReport, OdometryReport, ReplaySummary
+from emem_ros.replay.summary import FramesReport, LayerReport, OdometryReport, ReplaySummary
 from emem_ros.replay.typestore import DISTROS, load_typestore
 from emem_ros.ros.params import NodeParams
 from emem_ros.ros.pipeline import IngestPipeline
@@ -49,6 +49,9 @@ ODOMETRY = "\0odometry"
 """Route of the odometry topic (not a valid layer name, so it cannot clash with one)."""
 CAMERA_INFO = "\0camera:"
 """Route prefix of a CameraInfo topic (followed by the topic)."""
+TF = "\0tf"
+TF_STATIC = "\0tf_static"
+"""Routes of the TF topics (used when the parameters name a fixed frame)."""
 
 
 class ReplayError(EmemError):
@@ -128,7 +131,14 @@ def replay_bag(bag: Union[str, Path], params: NodeParams, options: Optional[Repl
                 fallback = ("the camera.fx parameters are used" if spec.camera.intrinsics() is not None
                             else "its detections keep no bearing (stored at the robot's pose)")
                 summary.notes.append(f"layer {spec.name}: the bag has no CameraInfo on {info_topic}; {fallback}")
-        if params.odom_topic not in present:
+        if params.fixed_frame and params.tf_topic not in present:
+            summary.notes.append(f"the bag has no {params.tf_topic}: with fixed_frame {params.fixed_frame!r} nothing "
+                                 "can be placed from TF; observations get no position (set fixed_frame '' to "
+                                 "use the odometry frame)")
+        elif not params.fixed_frame and params.tf_topic in present:
+            summary.notes.append(f"the bag has {params.tf_topic}, but fixed_frame is empty: positions stay in the "
+                                 "odometry frame (set fixed_frame, e.g. 'map', to place them from TF)")
+        if params.odom_topic not in present and not params.fixed_frame:
             summary.notes.append(f"the bag has no odometry on {params.odom_topic}: observations get no position "
                                  "unless a 3-D detection carries one")
         clock = BagClock(info.start)
@@ -165,7 +175,9 @@ def _routes(connections: list[Any], params: NodeParams) -> tuple[dict[int, str],
     routes: dict[int, str] = {}
     ignored: Counter[str] = Counter()
     for conn in connections:
-        if conn.topic == params.odom_topic:
+        if params.fixed_frame and conn.topic in (params.tf_topic, params.tf_static_topic):
+            routes[conn.id] = TF if conn.topic == params.tf_topic else TF_STATIC
+        elif conn.topic == params.odom_topic:
             routes[conn.id] = ODOMETRY
         elif conn.topic in cameras:
             routes[conn.id] = CAMERA_INFO + conn.topic
@@ -192,6 +204,7 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
     progress = make_progress(total, options.progress, options.progress_stream)
     decode_skips: dict[str, Counter[str]] = {}
     odom_accepted = 0
+    tf_messages = {TF: 0, TF_STATIC: 0}
     camera_infos: dict[str, int] = {}
     first: Optional[float] = None
     last: Optional[float] = None
@@ -211,6 +224,9 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
             else:
                 if route == ODOMETRY:
                     odom_accepted += bool(pipeline.on_odometry(msg, t))
+                elif route in tf_messages:
+                    tf_messages[route] += 1
+                    pipeline.on_tf(msg, static=route == TF_STATIC, receive_time=t)
                 elif route.startswith(CAMERA_INFO):
                     topic = route[len(CAMERA_INFO):]
                     camera_infos[topic] = camera_infos.get(topic, 0) + 1
@@ -223,6 +239,7 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
         log.error("%s", exc)
     finally:
         progress.close()
+        pipeline.finish()  # the recording has ended: no transform is still coming
     summary.bag_start, summary.bag_end = first, last
     if summary.stopped_early is None and summary.messages_read < total:
         # rosbags' mcap reader ends quietly at a damaged chunk: the bag's own counts reveal it.
@@ -230,6 +247,12 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
                                  "subscribed topics; the rest could not be read (damaged, or still being written?)")
     _fill_reports(summary, pipeline, decode_skips, odom_accepted)
     summary.camera_infos = camera_infos
+    if summary.frames is not None:
+        stats = pipeline.transforms.stats()
+        summary.frames.tf_messages, summary.frames.static_messages = tf_messages[TF], tf_messages[TF_STATIC]
+        summary.frames.transforms = stats.accepted
+        summary.frames.refused = dict(stats.rejected)
+        summary.frames.jumps = stats.jumps
 
 
 def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips: dict[str, Counter[str]],
@@ -243,6 +266,7 @@ def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips
         report.dropped_by_intake = c.dropped_by_intake
         report.without_position = c.without_position
         report.object_position_dropped = c.object_position_dropped
+        report.no_transform = c.no_transform
         report.skipped = dict(c.skipped + failed)
         report.bearings = c.bearings
         report.without_bearing = dict(c.without_bearing)
@@ -252,6 +276,13 @@ def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips
     odom = summary.odometry
     failed = decode_skips.get(ODOMETRY, Counter())
     odom.accepted = odom_accepted
+    if pipeline.placer.uses_tf:
+        odometry = pipeline.odometry_counts()
+        odom.messages = odometry.messages + sum(failed.values())
+        refused = odometry.messages - odometry.accepted
+        odom.rejected = dict(Counter(failed) + Counter(
+            {"malformed, NaN, or /tf carries that edge already": refused} if refused else {}))
+        return
     odom.messages = odom_accepted + stats.malformed + stats.rejected_nonfinite + stats.rejected_frame \
         + sum(failed.values())
     rejected: Counter[str] = Counter(failed)
@@ -284,8 +315,9 @@ def _consolidate(memory: Any, clock: BagClock, summary: ReplaySummary) -> None:
 
 def _empty_summary(info: BagInfo, params: NodeParams, distro: str, db_path: str) -> ReplaySummary:
     layers = [LayerReport(spec.name, spec.topic, spec.msg_type, spec.is_internal_state) for spec in params.layers]
+    frames = FramesReport(params.fixed_frame, params.base_frame) if params.fixed_frame else None
     return ReplaySummary(bag=str(info.path), storage=info.storage, db_path=db_path, distro=distro, layers=layers,
-                         odometry=OdometryReport(params.odom_topic))
+                         odometry=OdometryReport(params.odom_topic), frames=frames)
 
 
 def _memory_path(memory: Any) -> str:

@@ -35,6 +35,8 @@ class LayerReport:
     """Reason -> observations of a camera layer stored without a ray."""
     camera: Any = None
     """The layer camera's intrinsics at the end (``geometry.rays.Intrinsics``), None without a camera."""
+    no_transform: int = 0
+    """Observations stored without a position: their transform did not come within tf_timeout."""
 
     @property
     def skipped_total(self) -> int:
@@ -50,6 +52,22 @@ class OdometryReport:
 
 
 @dataclass
+class FramesReport:
+    """What TF did in a replay with a fixed frame."""
+
+    fixed_frame: str
+    base_frame: str
+    tf_messages: int = 0
+    static_messages: int = 0
+    transforms: int = 0
+    """Transforms taken (dynamic and static)."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """Reason -> transforms refused (not finite, second parent, cycle, from the future, ...)."""
+    jumps: int = 0
+    """Discontinuities (relocalization, odometry restart) that were not interpolated across."""
+
+
+@dataclass
 class ReplaySummary:
     bag: str
     storage: str
@@ -57,6 +75,8 @@ class ReplaySummary:
     distro: str
     layers: list[LayerReport]
     odometry: OdometryReport
+    frames: Optional[FramesReport] = None
+    """Set when the parameters name a fixed frame (positions from TF)."""
     bag_start: Optional[float] = None
     """Bag time of the first and last message read (epoch seconds)."""
     bag_end: Optional[float] = None
@@ -114,6 +134,8 @@ class ReplaySummary:
         if odom.rejected:
             odom_line += "; rejected: " + ", ".join(f"{n} {why}" for why, n in sorted(odom.rejected.items()))
         lines.append(odom_line)
+        if self.frames is not None:
+            lines.append(self._frames_line(self.frames))
         width = max([len(l.name) for l in self.layers] + [5])
         lines.append(f"  {'layer'.ljust(width)}  {'msgs':>6}  {'stored':>6}  {'thinned':>7}  {'skipped':>7}  "
                      f"{'no pos':>6}  topic")
@@ -147,7 +169,7 @@ class ReplaySummary:
             lines.append("  camera info  " + ", ".join(f"{t} ({n})" for t, n in sorted(self.camera_infos.items())))
         dropped = sum(l.object_position_dropped for l in self.layers)
         if dropped:
-            lines.append(f"  {dropped} 3-D detections were in another frame than the memory's: "
+            lines.append(f"  {dropped} 3-D detections had no transform into the memory's frame: "
                          "stored at the robot's position (object position kept in metadata)")
         if self.missing_topics:
             lines.append("  no messages for: " + ", ".join(f"{l} ({t})" for l, t in self.missing_topics.items()))
@@ -168,6 +190,18 @@ class ReplaySummary:
 
     def __str__(self) -> str:
         return self.render()
+
+    def _frames_line(self, frames: FramesReport) -> str:
+        line = (f"  frames    {frames.fixed_frame} <- {frames.base_frame} from TF: {frames.tf_messages} /tf and "
+                f"{frames.static_messages} /tf_static messages, {frames.transforms} transforms taken")
+        if frames.refused:
+            line += "; refused: " + ", ".join(f"{n} {why}" for why, n in sorted(frames.refused.items()))
+        if frames.jumps:
+            line += f"; {frames.jumps} jump(s) not interpolated across"
+        no_transform = sum(layer.no_transform for layer in self.layers)
+        if no_transform:
+            line += f"; {no_transform} observation(s) stored without a position (no transform in time)"
+        return line
 
 
 def _clock(stamp: float) -> str:

@@ -63,6 +63,7 @@ NODE_NAME = "memory"
 MARKER_TOPIC = "~/markers"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 ODOM_QOS_DEPTH = 50
+TF_QOS_DEPTH = 100
 CAMERA_INFO_QOS_DEPTH = 5
 _ROS_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
 
@@ -276,7 +277,10 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         layers = ", ".join(f"{s.name} <- {s.topic} [{s.msg_type}]" for s in params.layers) or "none"
         self._log.info(f"memory open at {params.memory.db_path} (embedding: {params.embedding_backend}"
                        f"{' ' + params.embedding_model if params.embedding_model else ''}); layers: {layers}; "
-                       f"odometry <- {params.odom_topic}")
+                       + (f"positions in {params.fixed_frame} from TF ({params.fixed_frame} <- {params.base_frame}, "
+                          f"{params.tf_topic}, {params.tf_static_topic}; odometry <- {params.odom_topic} where /tf "
+                          "lacks odom -> base)" if params.fixed_frame else
+                          f"positions in the odometry frame, odometry <- {params.odom_topic} (fixed_frame is empty)"))
 
     def on_activate(self, state: Any) -> TransitionCallbackReturn:
         return self._transition("activate", self._activate, on_failure=self._destroy_entities)
@@ -294,6 +298,20 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         self._memory_subscriptions.append(self.create_subscription(
             runtime.odometry_type, params.odom_topic, self._on_odometry, _qos(ODOM_QOS_DEPTH, "best_effort"),
             callback_group=self._intake_group))
+        if params.fixed_frame:
+            # tf2_ros's listener QoS: /tf reliable, volatile; /tf_static reliable, transient local (latched).
+            self._memory_subscriptions.append(self.create_subscription(
+                runtime.tf_type, params.tf_topic, functools.partial(self._on_tf, False),
+                QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE),
+                callback_group=self._intake_group))
+            self._memory_subscriptions.append(self.create_subscription(
+                runtime.tf_type, params.tf_static_topic, functools.partial(self._on_tf, True),
+                QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL),
+                callback_group=self._intake_group))
+            for timer in runtime.intake_timers():
+                self._memory_timers.append(self.create_timer(timer.period, timer.tick,
+                                                             callback_group=self._intake_group))
         for topic in sorted({spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}):
             self._memory_subscriptions.append(self.create_subscription(  # best effort hears both kinds
                 runtime.camera_info_type, topic, functools.partial(self._on_camera_info, topic),
@@ -371,6 +389,9 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
 
     def _on_odometry(self, msg: Any) -> None:
         self.runtime.on_odometry(msg)
+
+    def _on_tf(self, static: bool, msg: Any) -> None:
+        self.runtime.on_tf(msg, static)
 
     def _on_camera_info(self, topic: str, msg: Any) -> None:
         self.runtime.on_camera_info(topic, msg)

@@ -133,7 +133,8 @@ class IngestPipeline:
         )
         self.transforms = TransformBuffer(max(params.odom_history_seconds, 2.0 * params.tf_timeout),
                                           max_extrapolation=params.odom_max_extrapolation,
-                                          max_gap=params.odom_max_gap, max_jump=params.tf_max_jump)
+                                          max_gap=params.odom_max_gap, max_jump=params.tf_max_jump,
+                                          moving_frames=frozenset({params.base_frame}))
         self.placer: Placer
         if params.fixed_frame:
             self.placer = TfPlacer(self.transforms, params.fixed_frame, params.base_frame)

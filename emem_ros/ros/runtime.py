@@ -29,9 +29,12 @@ from emem_ros.ros.msgtypes import MessageFactory, MessageTypeError, resolve_type
 from emem_ros.ros.params import NodeParams, ParamError, parse_params
 from emem_ros.ros.pipeline import IngestOutcome, IngestPipeline
 
-__all__ = ["ConfigureError", "MemoryRuntime", "TimerSpec", "ODOMETRY_TYPE"]
+__all__ = ["ConfigureError", "MemoryRuntime", "TimerSpec", "ODOMETRY_TYPE", "TF_TYPE"]
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
+TF_TYPE = "tf2_msgs/msg/TFMessage"
+MIN_TF_TICK = 0.02
+"""Seconds: the waiting drafts are checked at least every tf_timeout / 2, but not more often than this."""
 WARM_WAIT = 60.0
 """Seconds cleanup waits for the configure-time catalog build before closing the store anyway."""
 
@@ -75,6 +78,8 @@ class MemoryRuntime:
         self.odometry_type: Optional[type] = None
         self.camera_info_type: Optional[type] = None
         """sensor_msgs/CameraInfo, resolved when a layer has a camera_info_topic."""
+        self.tf_type: Optional[type] = None
+        """tf2_msgs/TFMessage, resolved when fixed_frame is set."""
         self._pending: dict[str, Future[Any]] = {}
         self._lock = threading.Lock()
         self._warming: Optional[threading.Thread] = None
@@ -111,6 +116,13 @@ class MemoryRuntime:
                 camera_info_type = self._resolve(CAMERA_INFO_TYPE)
             except MessageTypeError as exc:
                 raise ConfigureError(f"layers.{camera_layers[0].name}.camera_info_topic: {exc}") from None
+        tf_type = None
+        if params.fixed_frame:
+            try:
+                tf_type = self._resolve(TF_TYPE)
+            except MessageTypeError as exc:
+                raise ConfigureError(f"fixed_frame {params.fixed_frame!r} needs TF ({params.tf_topic}): {exc} "
+                                     "(install tf2_msgs, or set fixed_frame '' to use the odometry frame)") from None
         memory = self._open(params)
         try:
             pipeline = IngestPipeline(memory, params, warn=self.log.warning)
@@ -121,7 +133,7 @@ class MemoryRuntime:
         with self._lock:
             self.params, self.memory, self.pipeline = params, memory, pipeline
             self.layer_types, self.odometry_type = layer_types, odometry_type
-            self.camera_info_type = camera_info_type
+            self.camera_info_type, self.tf_type = camera_info_type, tf_type
         self._warming = threading.Thread(target=self._warm, args=(memory,), name="emem-warm", daemon=True)
         self._warming.start()
         if params.fleet_url:
@@ -176,6 +188,8 @@ class MemoryRuntime:
         """Intake has stopped (the node destroyed its subscriptions): store what is buffered."""
         if self.memory is None:
             return 0
+        if self.pipeline is not None:
+            self.pipeline.finish()  # no transform comes to an inactive node: store what waits
         flushed: int = self.memory.flush()
         return flushed
 
@@ -190,12 +204,21 @@ class MemoryRuntime:
             pipeline = self.pipeline
             self.params, self.pipeline = None, None
             self.layer_types, self.odometry_type = {}, None
-            self.camera_info_type = None
+            self.camera_info_type, self.tf_type = None, None
             self._pending.clear()
         if pipeline is not None:
+            self._guard_finish(pipeline, memory)
             self.log.info(intake_report(pipeline.counts()))
         if memory is not None:
             memory.close()
+
+    def _guard_finish(self, pipeline: IngestPipeline, memory: Any) -> None:
+        if memory is None or getattr(memory, "closed", False):
+            return
+        try:
+            pipeline.finish()
+        except Exception as exc:
+            self.log.error(f"storing the drafts that waited for a transform failed: {type(exc).__name__}: {exc}")
 
     @staticmethod
     def _close_quietly(memory: Any) -> None:
@@ -225,6 +248,34 @@ class MemoryRuntime:
         except Exception as exc:
             self.log.error(f"odometry dropped ({type(exc).__name__}: {exc})")
             return False
+
+    def on_tf(self, msg: Any, static: bool) -> int:
+        """A TFMessage from tf_topic / tf_static_topic (fixed_frame set); never raises."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            return 0
+        try:
+            return pipeline.on_tf(msg, static=static, receive_time=self.clock())
+        except Exception as exc:
+            self.log.error(f"transforms dropped ({type(exc).__name__}: {exc})")
+            return 0
+
+    def tf_tick(self) -> None:
+        """Store the drafts that waited tf_timeout for their transform (messages may have stopped)."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            return
+        try:
+            pipeline.expire(self.clock())
+        except Exception as exc:
+            self.log.error(f"placing drafts that waited for a transform failed ({type(exc).__name__}: {exc})")
+
+    def intake_timers(self) -> list[TimerSpec]:
+        """Periodic jobs of the intake callback group (with fixed_frame: the transform wait)."""
+        params = self.params
+        if params is None or not params.fixed_frame or params.tf_timeout <= 0:
+            return []
+        return [TimerSpec("tf_wait", max(MIN_TF_TICK, params.tf_timeout / 2.0), self.tf_tick)]
 
     def on_camera_info(self, topic: str, msg: Any) -> bool:
         """A CameraInfo for the layers whose camera_info_topic this is; never raises."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from rosbags.typesys import get_types_from_msg
 from rosbags.typesys.base import Nodetype
@@ -205,3 +205,34 @@ def detections(make: InterfaceFactory, t: float, *labels: str) -> Any:
         make("vision_msgs/msg/ObjectHypothesisWithPose",
              hypothesis=make("vision_msgs/msg/ObjectHypothesis", class_id=label, score=0.9))]) for label in labels]
     return make("vision_msgs/msg/Detection2DArray", header=header(make, t, "camera"), detections=items)
+
+
+def transform_stamped(make: InterfaceFactory, t: float, parent: str, child: str, x: float, y: float,
+                      z: float = 0.0, yaw: float = 0.0, *, rotation: Optional[tuple[float, float, float, float]] = None
+                      ) -> Any:
+    """geometry_msgs/TransformStamped child -> parent: a translation and a heading (or a full quaternion)."""
+    import math
+
+    qx, qy, qz, qw = rotation if rotation is not None else (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2))
+    transform = make("geometry_msgs/msg/Transform", translation=make("geometry_msgs/msg/Vector3", x=x, y=y, z=z),
+                     rotation=make("geometry_msgs/msg/Quaternion", x=qx, y=qy, z=qz, w=qw))
+    return make("geometry_msgs/msg/TransformStamped", header=header(make, t, parent), child_frame_id=child,
+                transform=transform)
+
+
+def tf_message(make: InterfaceFactory, *transforms: Any) -> Any:
+    """tf2_msgs/TFMessage of ``transform_stamped`` items."""
+    return make("tf2_msgs/msg/TFMessage", transforms=list(transforms))
+
+
+def detections_3d(make: InterfaceFactory, t: float, frame: str, *items: tuple[str, float, float, float]) -> Any:
+    """vision_msgs/Detection3DArray of (label, x, y, z) object positions in ``frame`` (score 0.9)."""
+    out = []
+    for label, x, y, z in items:
+        pose = make("geometry_msgs/msg/Pose", position=make("geometry_msgs/msg/Point", x=x, y=y, z=z),
+                    orientation=make("geometry_msgs/msg/Quaternion", x=0.0, y=0.0, z=0.0, w=1.0))
+        result = make("vision_msgs/msg/ObjectHypothesisWithPose",
+                      hypothesis=make("vision_msgs/msg/ObjectHypothesis", class_id=label, score=0.9),
+                      pose=make("geometry_msgs/msg/PoseWithCovariance", pose=pose, covariance=[0.0] * 36))
+        out.append(make("vision_msgs/msg/Detection3D", header=header(make, t, frame), results=[result]))
+    return make("vision_msgs/msg/Detection3DArray", header=header(make, t, frame), detections=out)
