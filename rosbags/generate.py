@@ -624,6 +624,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     _write_fresh(out / "camera_only_mcap", topics, StoragePlugin.MCAP)
     (out / "ground_truth_camera_only.json").write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
     print(_said(out, "camera_only_mcap and ground_truth_camera_only.json", topics, truth))
+    from generate_tf import dumps, offered_qos, record_tf  # imports this file as `generate`: the same world
+
+    topics, truth = record_tf(args.seed)
+    _write_fresh(out / "patrol_tf_mcap", topics, StoragePlugin.MCAP, offered_qos())
+    (out / "ground_truth_tf.json").write_text(dumps(truth), encoding="utf-8")
+    print(_said(out, "patrol_tf_mcap and ground_truth_tf.json", topics, truth))
     return 0
 
 
