@@ -26,7 +26,11 @@ record --compression-mode message`` does) and ``patrol_mcap/`` (mcap, zstd
 chunks) with the same messages, plus ``ground_truth.json``; and
 ``camera_only_mcap/`` with its ``ground_truth_camera_only.json``: another
 patrol (two laps, other noise) of a robot with the camera alone (odometry,
-2-D detections, CameraInfo, captions; no 3-D detector, no body topics).
+2-D detections, CameraInfo, captions; no 3-D detector, no body topics); and
+``patrol_tf_mcap/`` with ``ground_truth_tf.json`` (``generate_tf.py``): the
+robot as a real one publishes it, on a TF tree ``map -> odom -> base_link ->
+camera_link -> camera_optical_frame`` with drifting odometry, localization
+corrections and a reboot half-way, detections in the camera's optical frame.
 Topics and types match the layers of config/memory.yaml.
 """
 
