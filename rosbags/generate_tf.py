@@ -112,7 +112,7 @@ def in_optical(p: g.Pose, thing: g.Thing) -> Optional[tuple[float, float, float]
 
 
 # ---------------------------------------------------------------------- the recording
-def reboot_ticks(poses: list[g.Pose]) -> tuple[int, int]:
+def reboot_ticks() -> tuple[int, int]:
     """(last tick before, first tick after) the silence: on the localization grid, while the robot stands still."""
     standstill = g.drive(REBOOT_AFTER)[-1].t  # the first lap is the same with or without the pause
     down = math.ceil((standstill + 0.4) / TICK / LOC_EVERY) * LOC_EVERY
@@ -126,7 +126,7 @@ def record_tf(seed: int = g.SEED) -> tuple[list[g.Topic], dict[str, Any]]:
     m = g.Messages(store)
     T = store.types
     poses = g.drive(LAPS, pause_after=REBOOT_AFTER, pause=REBOOT_STANDSTILL)
-    down, up = reboot_ticks(poses)
+    down, up = reboot_ticks()
     last = int(poses[-1].t / TICK + 1e-6) // SLOW_EVERY * SLOW_EVERY  # on the 1 Hz grid: truth and TF end together
     segments = ((0, down), (up, last))
     kinds = [("/tf_static", "tf2_msgs/msg/TFMessage"), ("/tf", "tf2_msgs/msg/TFMessage"),
