@@ -26,7 +26,11 @@ record --compression-mode message`` does) and ``patrol_mcap/`` (mcap, zstd
 chunks) with the same messages, plus ``ground_truth.json``; and
 ``camera_only_mcap/`` with its ``ground_truth_camera_only.json``: another
 patrol (two laps, other noise) of a robot with the camera alone (odometry,
-2-D detections, CameraInfo, captions; no 3-D detector, no body topics).
+2-D detections, CameraInfo, captions; no 3-D detector, no body topics); and
+``patrol_tf_mcap/`` with ``ground_truth_tf.json`` (``generate_tf.py``): the
+robot as a real one publishes it, on a TF tree ``map -> odom -> base_link ->
+camera_link -> camera_optical_frame`` with drifting odometry, localization
+corrections and a reboot half-way, detections in the camera's optical frame.
 Topics and types match the layers of config/memory.yaml.
 """
 
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+from rosbags.interfaces import Qos
 from rosbags.rosbag2 import Writer
 from rosbags.rosbag2.enums import CompressionFormat, CompressionMode, StoragePlugin
 
@@ -193,8 +198,11 @@ def wrap(angle: float) -> float:
     return (angle + math.pi) % (2 * math.pi) - math.pi
 
 
-def drive(laps: int = LAPS) -> list[Pose]:
-    """The robot's pose every DT seconds: turn to the waypoint, drive, look around where told."""
+def drive(laps: int = LAPS, *, pause_after: Optional[int] = None, pause: float = 0.0) -> list[Pose]:
+    """The robot's pose every DT seconds: turn to the waypoint, drive, look around where told.
+
+    ``pause_after``: after that many laps the robot stands still for ``pause`` seconds (a reboot).
+    """
     x, y, yaw = LAP[0][0], LAP[0][1], math.pi / 2
     t = 0.0
     poses = [Pose(t, x, y, yaw, 0.0, 0.0)]
@@ -206,7 +214,10 @@ def drive(laps: int = LAPS) -> list[Pose]:
         poses.append(Pose(t, x, y, yaw, v, w))
 
     route = [p for _ in range(laps) for p in LAP[1:]]
-    for tx, ty, look in route:
+    for n, (tx, ty, look) in enumerate(route):
+        if pause_after is not None and n == pause_after * (len(LAP) - 1):
+            for _ in range(int(round(pause / DT))):
+                step(x, y, yaw, 0.0, 0.0)
         heading = math.atan2(ty - y, tx - x)
         while abs(wrap(heading - yaw)) > TURN_RATE * DT:
             w = math.copysign(TURN_RATE, wrap(heading - yaw))
@@ -329,40 +340,49 @@ class Messages:
         return self.T["geometry_msgs/msg/PoseWithCovariance"](pose=self.pose(x, y, z, yaw), covariance=covariance)
 
     def odometry(self, p: Pose) -> Any:
+        """An Odometry message of pose ``p`` (frame ``odom``, child ``base_link``), its twist ``p.v``, ``p.w``."""
         T = self.T
         twist = T["geometry_msgs/msg/Twist"](linear=self.vec3(p.v), angular=self.vec3(z=p.w))
         return T["nav_msgs/msg/Odometry"](
             header=self.header(p.t, FRAME), child_frame_id="base_link", pose=self.pose_cov(p.x, p.y, 0.0, p.yaw),
             twist=T["geometry_msgs/msg/TwistWithCovariance"](twist=twist, covariance=np.zeros(36)))
 
-    def hypothesis(self, class_id: str, score: float, at: Optional[tuple[float, float, float]] = None) -> Any:
+    def hypothesis(self, class_id: str, score: float, at: Optional[tuple[float, float, float]] = None,
+                   sigma: float = 0.05) -> Any:
         T = self.T
-        pose = self.pose_cov(*at, sigma=0.05) if at is not None else self.pose_cov(0.0, 0.0, 0.0)
+        pose = self.pose_cov(*at, sigma=sigma) if at is not None else self.pose_cov(0.0, 0.0, 0.0)
         return T["vision_msgs/msg/ObjectHypothesisWithPose"](
             hypothesis=T["vision_msgs/msg/ObjectHypothesis"](class_id=class_id, score=round(score, 3)), pose=pose)
 
     def detection2d(self, t: float, hypotheses: list[Any], u: float, v: float, w: float, h: float,
-                    track: str) -> Any:
+                    track: str, frame: str = "camera") -> Any:
         T = self.T
         center = T["vision_msgs/msg/Pose2D"](position=T["vision_msgs/msg/Point2D"](x=u, y=v), theta=0.0)
         bbox = T["vision_msgs/msg/BoundingBox2D"](center=center, size_x=w, size_y=h)
-        return T["vision_msgs/msg/Detection2D"](header=self.header(t, "camera"), results=hypotheses, bbox=bbox,
+        return T["vision_msgs/msg/Detection2D"](header=self.header(t, frame), results=hypotheses, bbox=bbox,
                                                 id=track)
 
     def detection3d(self, t: float, hypotheses: list[Any], at: tuple[float, float, float],
-                    size: tuple[float, float, float], track: str) -> Any:
+                    size: tuple[float, float, float], track: str, frame: str = FRAME,
+                    orientation: Optional[tuple[float, float, float, float]] = None) -> Any:
+        """A 3-D box centred at ``at`` in ``frame``; ``orientation`` (x, y, z, w) of the box, else a yaw of 0."""
         T = self.T
-        bbox = T["vision_msgs/msg/BoundingBox3D"](center=self.pose(*at), size=self.vec3(*size))
-        return T["vision_msgs/msg/Detection3D"](header=self.header(t, FRAME), results=hypotheses, bbox=bbox,
+        center = self.pose(*at)
+        if orientation is not None:
+            qx, qy, qz, qw = orientation
+            center = T["geometry_msgs/msg/Pose"](position=center.position,
+                                                 orientation=T["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw))
+        bbox = T["vision_msgs/msg/BoundingBox3D"](center=center, size=self.vec3(*size))
+        return T["vision_msgs/msg/Detection3D"](header=self.header(t, frame), results=hypotheses, bbox=bbox,
                                                 id=track)
 
-    def camera_info(self, t: float, camera: Camera = CAMERA) -> Any:
+    def camera_info(self, t: float, camera: Camera = CAMERA, frame: str = "camera") -> Any:
         T = self.T
         k = np.array([camera.fx, 0.0, camera.cx, 0.0, camera.fy, camera.cy, 0.0, 0.0, 1.0])
         p = np.array([camera.fx, 0.0, camera.cx, 0.0, 0.0, camera.fy, camera.cy, 0.0, 0.0, 0.0, 1.0, 0.0])
         roi = T["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)
         return T["sensor_msgs/msg/CameraInfo"](
-            header=self.header(t, "camera"), height=camera.height, width=camera.width, distortion_model="plumb_bob",
+            header=self.header(t, frame), height=camera.height, width=camera.width, distortion_model="plumb_bob",
             d=np.zeros(5), k=k, r=np.array([1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]), p=p,
             binning_x=0, binning_y=0, roi=roi)
 
@@ -426,24 +446,8 @@ def record(seed: int = SEED, laps: int = LAPS, *, depth: bool = True, body: bool
             if body:
                 topics["/cmd_vel"].messages.append((ns(p.t, 0.001), store.types["geometry_msgs/msg/Twist"](
                     linear=m.vec3(p.v), angular=m.vec3(z=p.w))))
-            detections = []
-            for k, thing in enumerate(THINGS):
-                box = project(at, thing)
-                if box is None or rng_2d.random() < MISSED:
-                    continue
-                distance = box[4]
-                score = min(0.99, max(0.35, 0.97 - 0.06 * distance + rng_2d.gauss(0.0, 0.03)))
-                hypotheses = [m.hypothesis(thing.name, score)]
-                if thing.also and rng_2d.random() < 0.5:
-                    hypotheses.append(m.hypothesis(thing.also, score * 0.4))
-                reported = detected_box(box, rng_2d)
-                if reported is None:
-                    continue
-                u, v, w, h = reported
-                detections.append(m.detection2d(t, hypotheses, round(u, 1), round(v, 1), round(w, 1), round(h, 1),
-                                                tracks[k]))
-                cam_x, cam_y, _ = camera_pose(at)
-                seen_at.append((t, k, (cam_x, cam_y)))
+            detections, seen = frame_detections(m, at, rng_2d, tracks)
+            seen_at.extend((t, k, where) for k, where in seen)
             # A real detector publishes every frame, objects or not: empty arrays included.
             topics["/detections"].messages.append((ns(t, 0.06), store.types["vision_msgs/msg/Detection2DArray"](
                 header=m.header(t, "camera"), detections=detections)))
@@ -464,27 +468,56 @@ def record(seed: int = SEED, laps: int = LAPS, *, depth: bool = True, body: bool
                     topics["/detections_3d"].messages.append((ns(p.t, 0.12), store.types[
                         "vision_msgs/msg/Detection3DArray"](header=m.header(p.t, FRAME), detections=detections)))
             if body:
-                fraction = round(BATTERY_START - BATTERY_DRAIN * p.t, 4)
-                topics["/battery"].messages.append((ns(p.t, 0.01), m.battery(p.t, fraction)))
-                for level in BATTERY_LEVELS:
-                    if fraction < level and f"{level:.2f}" not in battery_below:
-                        battery_below[f"{level:.2f}"] = round(START + p.t, 3)
-                celsius = 41.0 + 7.0 * (1 - math.exp(-p.t / 240.0)) + 1.5 * math.sin(p.t / 40.0)
-                topics["/cpu_temp"].messages.append((ns(p.t, 0.01), store.types["sensor_msgs/msg/Temperature"](
-                    header=m.header(p.t, "cpu"), temperature=round(celsius, 2), variance=0.0)))
-                warn = WARN_WINDOW[0] <= p.t < WARN_WINDOW[1]
-                motor_temp = 68.0 if warn else 44.0
-                topics["/diagnostics"].messages.append((ns(p.t, 0.02), m.diagnostics(p.t, [
-                    (1 if warn else 0, "motor_left", "temperature high" if warn else "ok", "mc-1",
-                     {"temperature": f"{motor_temp:.1f}"}),
-                    (0, "lidar", "ok", "lidar-0", {"frequency": "10.0"}),
-                ])))
+                body_messages(m, topics, p.t, battery_below)
         if i % 50 == 0:  # every 5 s
             topics["/scene"].messages.append((ns(p.t, 0.3), store.types["std_msgs/msg/String"](
                 data=caption(p))))
 
     truth = ground_truth(poses, seen_at, seen_3d if depth else None, battery_below if body else None, seed, laps)
     return list(topics.values()), truth
+
+
+def frame_detections(m: Messages, at: Pose, rng: random.Random, tracks: list[str], frame: str = "camera"
+                     ) -> tuple[list[Any], list[tuple[int, tuple[float, float]]]]:
+    """The 2-D detections of one camera frame taken at pose ``at`` (its stamp), and (thing, camera xy) of each."""
+    detections, seen = [], []
+    for k, thing in enumerate(THINGS):
+        box = project(at, thing)
+        if box is None or rng.random() < MISSED:
+            continue
+        distance = box[4]
+        score = min(0.99, max(0.35, 0.97 - 0.06 * distance + rng.gauss(0.0, 0.03)))
+        hypotheses = [m.hypothesis(thing.name, score)]
+        if thing.also and rng.random() < 0.5:
+            hypotheses.append(m.hypothesis(thing.also, score * 0.4))
+        reported = detected_box(box, rng)
+        if reported is None:
+            continue
+        u, v, w, h = reported
+        detections.append(m.detection2d(at.t, hypotheses, round(u, 1), round(v, 1), round(w, 1), round(h, 1),
+                                        tracks[k], frame))
+        cam_x, cam_y, _ = camera_pose(at)
+        seen.append((k, (cam_x, cam_y)))
+    return detections, seen
+
+
+def body_messages(m: Messages, topics: dict[str, Topic], t: float, battery_below: dict[str, float]) -> None:
+    """The body's 1 Hz messages at time t: battery, CPU temperature, diagnostics (noting battery levels crossed)."""
+    fraction = round(BATTERY_START - BATTERY_DRAIN * t, 4)
+    topics["/battery"].messages.append((ns(t, 0.01), m.battery(t, fraction)))
+    for level in BATTERY_LEVELS:
+        if fraction < level and f"{level:.2f}" not in battery_below:
+            battery_below[f"{level:.2f}"] = round(START + t, 3)
+    celsius = 41.0 + 7.0 * (1 - math.exp(-t / 240.0)) + 1.5 * math.sin(t / 40.0)
+    topics["/cpu_temp"].messages.append((ns(t, 0.01), m.T["sensor_msgs/msg/Temperature"](
+        header=m.header(t, "cpu"), temperature=round(celsius, 2), variance=0.0)))
+    warn = WARN_WINDOW[0] <= t < WARN_WINDOW[1]
+    motor_temp = 68.0 if warn else 44.0
+    topics["/diagnostics"].messages.append((ns(t, 0.02), m.diagnostics(t, [
+        (1 if warn else 0, "motor_left", "temperature high" if warn else "ok", "mc-1",
+         {"temperature": f"{motor_temp:.1f}"}),
+        (0, "lidar", "ok", "lidar-0", {"frequency": "10.0"}),
+    ])))
 
 
 def caption(p: Pose) -> str:
@@ -550,8 +583,13 @@ POSE_CELL = 0.5
 
 
 # ---------------------------------------------------------------------- writing
-def write_bag(path: Path, topics: list[Topic], storage: StoragePlugin) -> None:
-    """One rosbag2 directory; messages interleaved in bag-time order, as a recorder writes them."""
+def write_bag(path: Path, topics: list[Topic], storage: StoragePlugin, qos: Optional[dict[str, list[Qos]]] = None
+              ) -> None:
+    """One rosbag2 directory; messages interleaved in bag-time order, as a recorder writes them.
+
+    ``qos``: the offered QoS profiles a recorder saw for some topics (``/tf_static``: transient local).
+    """
+    offered = qos or {}
     store = load_typestore("humble", own_msgs=False)
     writer = Writer(path, version=8, storage_plugin=storage)
     if storage == StoragePlugin.MCAP:
@@ -559,7 +597,8 @@ def write_bag(path: Path, topics: list[Topic], storage: StoragePlugin) -> None:
     else:
         writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
     with writer:
-        connections = {topic.name: writer.add_connection(topic.name, topic.msgtype, typestore=store)
+        connections = {topic.name: writer.add_connection(topic.name, topic.msgtype, typestore=store,
+                                                         offered_qos_profiles=offered.get(topic.name, ()))
                        for topic in topics}
         stream = sorted(((stamp, topic.name, k) for topic in topics for k, (stamp, _) in enumerate(topic.messages)))
         by_name = {topic.name: topic for topic in topics}
@@ -589,13 +628,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     _write_fresh(out / "camera_only_mcap", topics, StoragePlugin.MCAP)
     (out / "ground_truth_camera_only.json").write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
     print(_said(out, "camera_only_mcap and ground_truth_camera_only.json", topics, truth))
+    from generate_tf import dumps, offered_qos, record_tf  # imports this file as `generate`: the same world
+
+    topics, truth = record_tf(args.seed)
+    _write_fresh(out / "patrol_tf_mcap", topics, StoragePlugin.MCAP, offered_qos())
+    (out / "ground_truth_tf.json").write_text(dumps(truth), encoding="utf-8")
+    print(_said(out, "patrol_tf_mcap and ground_truth_tf.json", topics, truth))
     return 0
 
 
-def _write_fresh(target: Path, topics: list[Topic], storage: StoragePlugin) -> None:
+def _write_fresh(target: Path, topics: list[Topic], storage: StoragePlugin,
+                 qos: Optional[dict[str, list[Qos]]] = None) -> None:
     if target.exists():
         shutil.rmtree(target)
-    write_bag(target, topics, storage)
+    write_bag(target, topics, storage, qos)
 
 
 def _said(out: Path, what: str, topics: list[Topic], truth: dict[str, Any]) -> str:
