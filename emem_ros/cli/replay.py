@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "replay", help="replay a rosbag2 bag (.db3 / .mcap) into a memory file",
         description="Feed every message of BAG through the memory node's adapters, intake policies and "
-                    "odometry interpolation, in bag time, then consolidate (entities, gists) and print "
+                    "placement (TF with a fixed frame, else odometry, at each message's stamp), in bag time, then consolidate (entities, gists) and print "
                     "what happened to every topic.")
     parser.add_argument("bag", help="bag folder (with metadata.yaml), or a single .db3 / .mcap file")
     parser.add_argument("--params", default=None,
@@ -33,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="embedding backend instead of the params' embedding.backend "
                              "(hashing: deterministic and model-free, for tests)")
     parser.add_argument("--embedding-model", default=None, help="embedding model instead of the params' one")
+    parser.add_argument("--fixed-frame", default=None, metavar="FRAME",
+                        help="fixed_frame instead of the params' one: store positions in FRAME (e.g. map) from the "
+                             "bag's /tf and /tf_static; '' = the odometry frame")
+    parser.add_argument("--base-frame", default=None, metavar="FRAME",
+                        help="base_frame instead of the params' one (the robot's pose is fixed_frame <- FRAME)")
     parser.add_argument("--distro", default="auto", choices=("auto", "humble", "jazzy"),
                         help="message definitions to decode with (auto: the bag's recorded distro, else humble)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -44,7 +49,9 @@ def handler(args: argparse.Namespace) -> int:
     from emem_ros.replay import ReplayOptions, replay_bag
     from emem_ros.ros.params import load_params_yaml
 
-    params = load_params_yaml(find_params(args.params))
+    overrides = {name: value for name, value in (("fixed_frame", args.fixed_frame),
+                                                 ("base_frame", args.base_frame)) if value is not None}
+    params = load_params_yaml(find_params(args.params), overrides=overrides)
     params = with_embedding(params, args.embedding, args.embedding_model)
     options = ReplayOptions(db_path=args.db, append=args.append, consolidate=args.consolidate,
                             distro=args.distro, progress=args.progress, progress_stream=sys.stderr)

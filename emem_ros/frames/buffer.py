@@ -271,19 +271,37 @@ class TransformBuffer:
                 stamps.insert(index, stamp)
                 transforms.insert(index, transform)
                 jumps.insert(index, False)
-        for i in (index, index + 1) if edge_child not in self.moving_frames else ():
-            if 0 < i < len(stamps):
-                jumps[i] = self._jumped(transforms[i - 1], transforms[i])
-                self._stats.jumps += jumps[i]
+        if edge_child not in self.moving_frames:
+            where = self._robot_in(edge_child)
+            for i in (index, index + 1):
+                if 0 < i < len(stamps):
+                    jumps[i] = self._jumped(transforms[i - 1], transforms[i], where)
+                    self._stats.jumps += jumps[i]
         cutoff = self._newest - self.history
         drop = max(bisect_left(stamps, cutoff), len(stamps) - MAX_SAMPLES)
         if drop > 0:
             del stamps[:drop], transforms[:drop], jumps[:drop]
 
-    def _jumped(self, a: Transform, b: Transform) -> bool:
+    def _robot_in(self, frame: str) -> tuple[float, float, float]:
+        """Where a moving frame (the robot) last was in ``frame``: a correction is measured there.
+
+        A ``map -> odom`` correction turns the whole odometry frame: measured at
+        its origin, a yaw noise of a few mrad moves points far out (the robot,
+        metres from where its odometry started) by decimetres, and measured at
+        the origin it looks like a jump when it is not one.
+        """
+        for child, edge in self._edges.items():
+            if child in self.moving_frames and edge.parent == frame and edge.transforms:
+                return edge.transforms[-1].translation
+        return (0.0, 0.0, 0.0)
+
+    def _jumped(self, a: Transform, b: Transform, where: tuple[float, float, float]) -> bool:
+        """Whether two consecutive corrections differ by more than ``max_jump`` where the robot is."""
         if self.max_jump <= 0:
             return False
-        metres, radians = a.distance_to(b)
+        _, radians = a.distance_to(b)
+        pa, pb = a.apply(where), b.apply(where)
+        metres = sum((x - y) ** 2 for x, y in zip(pa, pb)) ** 0.5
         return metres > self.max_jump or radians > self.max_jump
 
     def _chain(self, target: str, source: str) -> Union[list[_Edge], LookupFailure]:

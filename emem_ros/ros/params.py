@@ -693,8 +693,10 @@ def _copy(value: Any) -> Any:
 
 # ---------------------------------------------------------------------- YAML
 def load_params_yaml(path: Union[str, Path], node_name: Optional[str] = None, *,
-                     strict_types: bool = True) -> NodeParams:
+                     strict_types: bool = True, overrides: Optional[dict[str, Any]] = None) -> NodeParams:
     """Read a ROS 2 params file (``<node or /**>: ros__parameters: {...}``) and parse it.
+
+    ``overrides`` (dotted names) win over the file, as ``--ros-args -p`` does.
 
     Sections whose key matches ``node_name`` (``/**``, ``/**/name``, ``/ns/name``,
     ``name``) are merged in file order; without a node name the file must hold
@@ -729,6 +731,7 @@ def load_params_yaml(path: Union[str, Path], node_name: Optional[str] = None, *,
         if not isinstance(params, dict):
             raise ParamError(f"{key}.ros__parameters in {file} must be a mapping")
         _flatten(params, "", flat)
+    flat.update(overrides or {})
     return parse_params(flat, strict_types=strict_types)
 
 
