@@ -348,3 +348,22 @@ def test_the_python_quick_start_runs(tmp_path: Path) -> None:
 def test_every_page_has_one_title(page: str) -> None:
     titles = re.findall(r"^# ", _prose((ROOT / "docs" / page).read_text(encoding="utf-8")), re.M)
     assert len(titles) == 1, page
+
+
+# ---------------------------------------------------------------------- where a robot builder lands
+def test_the_package_index_pages_point_at_the_docs_folder() -> None:
+    import configparser
+    import xml.etree.ElementTree as ElementTree
+
+    websites = [u.text for u in ElementTree.parse(ROOT / "package.xml").getroot().findall("url")
+                if u.get("type") == "website"]
+    assert len(websites) == 1, "package.xml needs one <url type=\"website\">"
+    metadata = configparser.ConfigParser()
+    metadata.read(ROOT / "setup.cfg", encoding="utf-8")
+    project_urls = {key.strip(): value.strip() for key, value in
+                    (line.split("=", 1) for line in metadata["metadata"]["project_urls"].strip().splitlines())}
+    docs = websites[0] or ""
+    assert docs.endswith("/tree/main/docs"), docs
+    assert metadata["metadata"]["url"] == docs
+    assert project_urls["Documentation"] == docs
+    assert (ROOT / "docs").is_dir()
