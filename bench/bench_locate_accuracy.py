@@ -23,6 +23,9 @@ says placed it. Targets (issue 14): on the 2-D-only bag, median error
 <= 0.5 m for objects seen from at least three poses; calibration >= 0.9 for
 every kind; both chairs (one class, two rooms) reported.
 
+The TF patrol (``locate_tf.py``): the same bag with ``fixed_frame: map`` and with
+odometry alone, errors in ``map`` per placement kind, before and after the reboot.
+
 It also measures what bearings cost a ``locate`` call at scale (``--latency``,
 default 100k observations; 0 = skip): bench_tools' robot stream twice in one
 run, once as it is (2-D detections at the robot's pose) and once with each
@@ -303,6 +306,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     lines += entity_table(entities)
     lines += ["", "One class, two rooms (both instances inside a reported radius):"]
     lines += [f"  {what}: {'both reported' if ok else 'NOT both reported'}" for what, ok in duplicates]
+    import locate_tf
+
+    lines += ["", "TF patrol (patrol_tf_mcap: drifting odometry, a reboot), errors in map: fixed_frame map vs "
+                  "odometry alone (its frame starts where the robot booted, not at map's origin):"]
+    lines += locate_tf.table(locate_tf.measure(embedding))
     latency_n = args.latency if args.latency is not None else (0 if args.quick else 100_000)
     if latency_n:
         lines += ["", f"locate latency at {latency_n:,} observations (ms, query embedding excluded):"]

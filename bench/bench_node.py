@@ -65,6 +65,9 @@ from engines import machine_info  # noqa: E402
 
 BAG = ROOT / "rosbags" / "patrol_db3"
 BAG_SECONDS = 788.6
+BAG_LENGTHS = {"patrol_db3": 788.6, "patrol_mcap": 788.6, "patrol_tf_mcap": 540.0}
+FIXED_FRAME = ""
+"""fixed_frame of the runs ('' = odometry, as config/memory.yaml; 'map' with patrol_tf_mcap: TF's cost)."""
 PARAMS = ROOT / "config" / "memory.yaml"
 EMBEDDERS = {"hashing": {"backend": "hashing", "model": ""},
              "minilm": {"backend": "sentence_transformers", "model": ""},
@@ -185,6 +188,7 @@ def write_params(folder: Path, embedder: str) -> Path:
     params = tree["/**"]["ros__parameters"]
     params["db_path"] = str(folder / "memory.db")
     params["embedding"] = dict(EMBEDDERS[embedder])
+    params["fixed_frame"] = FIXED_FRAME
     out = folder / "params.yaml"
     out.write_text(yaml.safe_dump(tree))
     return out
@@ -420,9 +424,14 @@ def main() -> int:
     parser.add_argument("--probe-timeout", type=float, default=10.0)
     parser.add_argument("--clock-hz", type=float, default=40.0,
                         help="rate of /clock from the player (40 = ros2 bag play's default); a robot has none")
+    parser.add_argument("--bag", default="patrol_db3", choices=sorted(BAG_LENGTHS),
+                        help="bundled bag to play (patrol_tf_mcap has /tf: run it with --fixed-frame map and '')")
+    parser.add_argument("--fixed-frame", default="", help="fixed_frame of the node ('' = the odometry frame)")
     parser.add_argument("--name", default="node", help="results file stem: bench/results/<name>-<date>")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args()
+    global BAG, BAG_SECONDS, FIXED_FRAME
+    BAG, BAG_SECONDS, FIXED_FRAME = ROOT / "rosbags" / args.bag, BAG_LENGTHS[args.bag], args.fixed_frame
 
     import datetime
 
@@ -430,7 +439,8 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="bench_node_logs_"))
     header = [f"bench_node on {machine_info()}",
               f"bag {BAG.name} ({BAG_SECONDS:g} s) played with --clock {args.clock_hz:g}; params config/memory.yaml "
-              f"(db_path, embedding, use_sim_time changed); launch logs in {log_dir}", ""]
+              f"(db_path, embedding, use_sim_time, fixed_frame {FIXED_FRAME!r} changed); launch logs in {log_dir}",
+              ""]
     print("\n".join(header), flush=True)
     runs = []
     for embedder in args.embedders.split(","):

@@ -283,3 +283,25 @@ def test_marker_array_of_the_memory(runtime, clock, tmp_path):
     assert {(m.ns, m.id) for m in array.markers[1:]} == {("entities", entity), ("entity_labels", entity),
                                                          ("gists", gist), ("gist_labels", gist)}
     assert array.markers[1].header.stamp.sec == math.floor(clock.now)
+
+
+def test_with_a_fixed_frame_tf_places_and_a_file_in_another_frame_is_named(runtime, clock, tmp_path):
+    db = tmp_path / "m.db"
+    runtime.configure(flat_params(db, frame_id="odom"))  # first the odometry frame, as before TF
+    runtime.on_odometry(odometry(START, 1.0, 2.0))
+    runtime.on_message("scene", MAKE("std_msgs/msg/String", data="a hallway"))
+    runtime.deactivate()
+    runtime.cleanup()
+    params = runtime.configure(flat_params(db, fixed_frame="map"))
+    assert params.memory.frame_id == "map" and runtime.tf_type is MAKE.store.types["tf2_msgs/msg/TFMessage"]
+    assert [t.name for t in runtime.intake_timers()] == ["tf_wait"]
+    assert runtime.wait_warm(timeout=30.0)
+    warned = [m for level, m in runtime.test_log.lines if level == "warning" and "other frames" in m]
+    assert len(warned) == 1 and "1 in 'odom'" in warned[0]
+    tf = messages.tf_message(MAKE, messages.transform_stamped(MAKE, START, "map", "odom", 5.0, 0.0),
+                             messages.transform_stamped(MAKE, START, "odom", "base_link", 1.0, 0.0))
+    assert runtime.on_tf(tf, static=False) == 2
+    outcome = runtime.on_message("scene", MAKE("std_msgs/msg/String", data="a kitchen"))
+    assert len(outcome.ids) == 1
+    runtime.memory.flush()
+    assert runtime.memory.get_observation(outcome.ids[0]).position[:2] == pytest.approx((6.0, 0.0))

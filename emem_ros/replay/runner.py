@@ -278,10 +278,13 @@ def _fill_reports(summary: ReplaySummary, pipeline: IngestPipeline, decode_skips
     odom.accepted = odom_accepted
     if pipeline.placer.uses_tf:
         odometry = pipeline.odometry_counts()
+        superseded = pipeline.transforms.stats().odometry_superseded
         odom.messages = odometry.messages + sum(failed.values())
-        refused = odometry.messages - odometry.accepted
-        odom.rejected = dict(Counter(failed) + Counter(
-            {"malformed, NaN, or /tf carries that edge already": refused} if refused else {}))
+        refused = odometry.messages - odometry.accepted - superseded
+        odom.rejected = dict(Counter(failed) + Counter({"malformed, NaN or refused": refused} if refused else {}))
+        if superseded:
+            summary.notes.append(f"{superseded} odometry poses not needed: {pipeline.params.tf_topic} carries "
+                                 "their odom -> base edge")
         return
     odom.messages = odom_accepted + stats.malformed + stats.rejected_nonfinite + stats.rejected_frame \
         + sum(failed.values())

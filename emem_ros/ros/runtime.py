@@ -161,6 +161,23 @@ class MemoryRuntime:
             if not getattr(memory, "closed", False):
                 self.log.warning(f"warming the memory's query catalog failed ({type(exc).__name__}: {exc}); "
                                  "the first query will build it")
+        self._check_frames(memory)
+
+    def _check_frames(self, memory: Any) -> None:
+        """Warn when the file holds positions in another frame than the memory's (a config moved from the
+        odometry frame to map on an existing file): answers would mix two frames."""
+        try:
+            frame = memory.config.frame_id
+            others = memory.store.reader().execute(
+                "SELECT frame_id, COUNT(*) FROM observations WHERE x IS NOT NULL AND frame_id IS NOT NULL "
+                "AND frame_id != ? GROUP BY frame_id", (frame,)).fetchall()
+        except Exception:  # a closed or foreign store: nothing to say
+            return
+        if others:
+            found = ", ".join(f"{n} in '{name}'" for name, n in others)
+            self.log.warning(f"this memory file holds positions in other frames than '{frame}' ({found}): answers "
+                             "compare them as if they were in one frame. Start a new db_path when changing "
+                             "fixed_frame, or keep the old one")
 
     def wait_warm(self, timeout: Optional[float] = None) -> bool:
         """True once the catalog built at configure is ready (or there is none to wait for)."""
