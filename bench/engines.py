@@ -135,3 +135,15 @@ def save_results(name: str, lines: list[str], quick: bool = False) -> Path:
     out.write_text("\n".join(lines) + "\n")
     print(f"saved {out}")
     return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` with linear interpolation; NaN for none."""
+    import math
+
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = (len(ordered) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)

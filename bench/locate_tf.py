@@ -30,6 +30,10 @@ from typing import Any, Optional
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from engines import percentile as _pct  # noqa: E402
+
 BAG = ROOT / "rosbags" / "patrol_tf_mcap"
 TRUTH = ROOT / "rosbags" / "ground_truth_tf.json"
 
@@ -99,15 +103,6 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{r['fixed_frame']:16} {r['kind']:13} {r['period']:14} {r['answers']:>7} {r['p50']:>7.2f} "
                      f"{r['p90']:>7.2f} {r['calibration']:>6.2f}")
     return lines
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    k = (len(ordered) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 if __name__ == "__main__":

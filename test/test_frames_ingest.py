@@ -126,11 +126,13 @@ def test_a_message_waits_for_its_transform_and_is_placed_when_it_comes(pipeline,
     assert (x, y) == pytest.approx((10.0, 1.0))  # interpolated, not the newest pose
 
 
-def test_a_transform_that_never_comes_leaves_the_message_without_a_position(pipeline, memory, warnings):
-    robot_at(pipeline, T0, (0.0, 0.0))
-    pipeline.on_message("scene", caption(T0 + 2.0), T0 + 2.0)  # 2 s past the newest transform
-    assert pipeline.expire(T0 + 2.1) == 0  # still within tf_timeout (0.2 s)
-    assert pipeline.expire(T0 + 2.25) == 1
+def test_a_stale_edge_leaves_the_message_without_a_position_once_tf_has_moved_on(pipeline, memory, warnings):
+    robot_at(pipeline, T0, (0.0, 0.0))  # localization's map -> odom is published once, then stops
+    pipeline.on_message("scene", caption(T0 + 2.0), T0 + 2.0)
+    for i in range(1, 5):  # the odometry goes on: TF's time passes the stamp
+        t = T0 + 2.0 + 0.05 * i
+        pipeline.on_tf(msgs.tf_message(MAKE, tf(t, "odom", "base_link", 0.0, 0.0)), static=False, receive_time=t)
+        assert pipeline.waiting == (1 if i < 4 else 0)  # due once /tf is tf_timeout (0.2 s) past the stamp
     (_, x, y, *_), = stored(memory, "scene")
     assert x is None and y is None  # never the origin
     counts = pipeline.counts()["scene"]
@@ -138,16 +140,32 @@ def test_a_transform_that_never_comes_leaves_the_message_without_a_position(pipe
     line, = [w for w in warnings if "no transform" in w]
     assert "map <- base_link" in line and "2.00 s older than the stamp" in line
     pipeline.on_message("scene", caption(T0 + 3.0), T0 + 3.0)
-    pipeline.expire(T0 + 4.0)
+    pipeline.expire(T0 + 8.5)
     assert len([w for w in warnings if "no transform" in w]) == 1  # one line per frame pair
     assert pipeline.counts()["scene"].no_transform == 2
+
+
+def test_when_tf_stops_a_message_waits_for_the_sensors_to_move_on_or_the_clock(pipeline, memory):
+    robot_at(pipeline, T0, (0.0, 0.0))
+    pipeline.on_message("scene", caption(T0 + 2.0), T0 + 2.0)
+    assert pipeline.expire(T0 + 7.1) == 0  # nothing arrives: tf_timeout + QUIET_STALL = 5.2 s of the clock
+    assert pipeline.expire(T0 + 7.25) == 1
+    (_, x, y, *_), = stored(memory, "scene")
+    assert x is None and pipeline.counts()["scene"].no_transform == 1
+    pipeline.on_message("scene", caption(T0 + 8.0), T0 + 8.0)
+    # stamped messages go on while /tf is silent: due once they are tf_timeout + TF_STALL (1.2 s) further
+    pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 9.1, "map", ("chair", 1.0, 1.0, 0.0)), T0 + 9.1)
+    assert pipeline.waiting == 1
+    pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 9.25, "map", ("chair", 1.0, 1.0, 0.0)),
+                        T0 + 9.25)
+    assert pipeline.waiting == 0 and pipeline.counts()["scene"].no_transform == 2
 
 
 def test_a_transform_just_missed_takes_the_newest_within_the_extrapolation_limit(pipeline, memory):
     robot_at(pipeline, T0, (0.0, 0.0))
     robot_at(pipeline, T0 + 1.0, (2.0, 0.0))
-    pipeline.on_message("scene", caption(T0 + 1.3), T0 + 1.3)  # the next /tf is late
-    pipeline.expire(T0 + 1.6)
+    pipeline.on_message("scene", caption(T0 + 1.3), T0 + 1.3)  # and then /tf stops
+    pipeline.expire(T0 + 6.6)
     (_, x, y, *_), = stored(memory, "scene")
     assert (x, y) == pytest.approx((10.0, 2.0)) and pipeline.counts()["scene"].no_transform == 0
 
@@ -157,7 +175,7 @@ def test_a_3d_detection_in_a_frame_tf_never_names_is_kept_at_the_robot_pose(pipe
     robot_at(pipeline, T0 + 1.0, (0.0, 0.0))
     pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 0.5, "ghost_camera", ("chair", 1.0, 0.0, 3.0)),
                         T0 + 0.5)
-    pipeline.expire(T0 + 1.0)
+    robot_at(pipeline, T0 + 2.0, (0.0, 0.0))  # TF moves on; ghost_camera never appears
     (_, x, y, _, frame, meta), = stored(memory, "detections_3d")
     assert (x, y) == pytest.approx((10.0, 0.0))  # where the robot was, not 3 m from the map origin
     assert meta["object_position"] == [1.0, 0.0, 3.0] and meta["object_frame"] == "ghost_camera"
@@ -197,7 +215,7 @@ def test_without_tf_for_the_camera_the_static_mounting_is_the_fallback(pipeline,
     robot_at(pipeline, T0, (0.0, 0.0))
     robot_at(pipeline, T0 + 1.0, (0.0, 0.0))
     pipeline.on_message("detections", msgs.boxes(MAKE, T0 + 0.5, ("red mug", 320.0, 240.0, 40.0, 40.0)), T0 + 0.5)
-    pipeline.expire(T0 + 1.0)  # the boxes' frame 'camera' never appears on TF
+    robot_at(pipeline, T0 + 2.0, (0.0, 0.0))  # TF moves on; the boxes' frame 'camera' never appears
     (_, _, _, _, _, meta), = stored(memory, "detections")
     assert meta["ray"][3] == pytest.approx(math.pi / 2, abs=1e-4)  # camera.yaw 0: along the robot's heading
 

@@ -198,6 +198,12 @@ class TransformBuffer:
             newest = [edge.stamps[-1] for edge in chain if not edge.static]
             return min(newest) if newest else self._newest or None
 
+    @property
+    def newest(self) -> float:
+        """The newest stamp of any dynamic transform taken (0 before the first): how far TF has got."""
+        with self._lock:
+            return self._newest
+
     def knows(self, frame: str) -> bool:
         frame = normalize(frame)
         with self._lock:

@@ -9,9 +9,10 @@ a camera its ray (``emem_ros.geometry.rays``): box centre, intrinsics
 (``on_camera_info`` or parameters) and the camera's pose at the stamp (TF, or
 the robot's pose and the static mounting).
 
-A draft whose transform has not arrived yet waits (at most ``tf_timeout``
-seconds after it arrived, ``MAX_WAITING`` drafts in all) and is placed when it
-comes; after that it is stored with the newest transform if that is within
+A draft whose transform has not arrived yet waits (until the transforms are
+``tf_timeout`` seconds past its stamp; see ``expire`` for when they stop;
+``MAX_WAITING`` drafts in all) and is placed when it comes;
+after that it is stored with the newest transform if that is within
 ``odom_max_extrapolation``, else without a position (counted per layer as
 'no transform', logged once per frame pair) — never at the origin.
 
@@ -36,7 +37,7 @@ from emem_ros.frames.buffer import LookupFailure, TransformBuffer
 from emem_ros.frames.placement import OdometryPlacer, Placer, RobotPose, TfPlacer
 from emem_ros.geometry.rays import RAY_KEY, VIEW_RANGE_KEY
 from emem_ros.ingest.drafts import ObservationDraft
-from emem_ros.ros.adapters.base import frame_of
+from emem_ros.ros.adapters.base import frame_of, stamp_seconds
 from emem_ros.ros.adapters.registry import adapt
 from emem_ros.ros.camera import LayerCamera
 from emem_ros.ros.intake import IntakePolicy
@@ -47,6 +48,10 @@ log = logging.getLogger(__name__)
 
 _DIGITS = re.compile(r"\d+(\.\d+)?")
 _MAX_LOGGED_REASONS = 64
+TF_STALL = 1.0
+"""Seconds of stamped sensor messages a draft waits beyond ``tf_timeout`` when /tf has stopped."""
+QUIET_STALL = 5.0
+"""Seconds of the clock a draft waits beyond ``tf_timeout`` when nothing arrives at all."""
 MAX_WAITING = 10_000
 """Drafts waiting for their transform at most; beyond it a draft is placed at once with what there is."""
 
@@ -158,6 +163,8 @@ class IngestPipeline:
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._odometry = OdometryCounts()
+        self._newest_sensor_stamp = 0.0
+        """The newest header stamp of a layer message: how far the sensors have got (see ``expire``)."""
 
     def live_pose(self) -> Optional[Position]:
         """The robot's pose now (its newest pose in the fixed frame, if recent on the memory's clock)."""
@@ -216,6 +223,10 @@ class IngestPipeline:
             return IngestOutcome(skipped_reason=f"unknown layer {layer!r}")
         with self._lock:
             self._counts[layer].messages += 1
+        header = getattr(msg, "header", None)
+        stamp = stamp_seconds(header) if header is not None else None
+        if stamp is not None and stamp > self._newest_sensor_stamp:
+            self._newest_sensor_stamp = stamp  # a race between two threads only delays an expiry
         self.expire(receive_time)
         result = adapt(msg, spec, receive_time, max_text_length=self.params.max_text_length)
         if result.skipped_reason:
@@ -245,10 +256,21 @@ class IngestPipeline:
 
     def expire(self, now: Optional[float]) -> int:
         """Store the drafts that waited ``tf_timeout`` for their transform: with the newest transform if
-        it is near enough, else without a position. Returns how many were stored."""
-        if now is None or not self._waiting:
+        it is near enough, else without a position. Returns how many were stored.
+
+        The wait is counted on the transforms' own time: a draft is due once the newest transform taken
+        is ``tf_timeout`` past its stamp (every edge that is publishing has then passed it), so a node
+        whose queue of /tf is behind the clock does not give up on transforms it has not read yet, and
+        replay (bag time) decides exactly as the live node does. If /tf stops while the sensors go on, a
+        draft is due once stamped messages are ``TF_STALL`` seconds further; if everything stops, after
+        ``QUIET_STALL`` seconds more of the clock (``now``).
+        """
+        if not self._waiting:
             return 0
-        return self._release(lambda item: now - item.arrival >= self.tf_timeout)
+        newest = max(self.transforms.newest, self._newest_sensor_stamp - TF_STALL)
+        timeout, quiet = self.tf_timeout, self.tf_timeout + QUIET_STALL
+        return self._release(lambda item: newest - item.draft.stamp >= timeout
+                             or (now is not None and now - item.arrival >= quiet))
 
     def drain(self, now: Optional[float] = None) -> int:
         """Place the waiting drafts whose transforms are there now; expire the overdue ones."""
