@@ -197,7 +197,7 @@ class IngestPipeline:
                            f"{'/tf_static' if static else '/tf'}: transform refused: {reason} (logged once per "
                            "reason and frame pair; counted)")
         if accepted:
-            self.drain(receive_time)
+            self.drain(receive_time, new_frames=static)
         return accepted
 
     def on_camera_info(self, topic: str, msg: Any) -> bool:
@@ -272,17 +272,26 @@ class IngestPipeline:
         return self._release(lambda item: newest - item.draft.stamp >= timeout
                              or (now is not None and now - item.arrival >= quiet))
 
-    def drain(self, now: Optional[float] = None) -> int:
-        """Place the waiting drafts whose transforms are there now; expire the overdue ones."""
+    def drain(self, now: Optional[float] = None, *, new_frames: bool = False) -> int:
+        """Place the waiting drafts whose transforms are there now; expire the overdue ones.
+
+        A draft stamped after every transform taken cannot be answered yet and is not looked up again
+        (the hot path at 100 Hz of /tf), unless ``new_frames`` (static transforms came: a frame that was
+        unknown may be known now).
+        """
         if not self._waiting:
             return 0
         stored = self.expire(now)
         ready: list[_Placed] = []
+        newest = self.transforms.newest
         with self._drain_lock:
             with self._lock:
                 queue, self._waiting = self._waiting, deque()
             keep: deque[_Waiting] = deque()
             for item in queue:
+                if item.draft.stamp > newest and not new_frames:
+                    keep.append(item)
+                    continue
                 placed = self._place(self.layers[item.draft.layer], item.draft, item.arrival, final=False,
                                      park=False)
                 if placed is None:
