@@ -388,11 +388,14 @@ class IngestPipeline:
     def _park(self, draft: ObservationDraft, arrival: float) -> bool:
         """Queue a draft for its transform; False when the queue is full (it is placed now with what there is)."""
         with self._lock:
-            if len(self._waiting) >= MAX_WAITING:
-                self._counts[draft.layer].skipped["waiting queue full: placed without waiting"] += 1
-                return False
-            self._waiting.append(_Waiting(draft, arrival))
-        return True
+            full = len(self._waiting) >= MAX_WAITING
+            if not full:
+                self._waiting.append(_Waiting(draft, arrival))
+        if full:
+            self._log_once(draft.layer, "waiting queue full",
+                           f"layer {draft.layer}: {MAX_WAITING} drafts already wait for transforms; this one is "
+                           "placed now with what there is (logged once)")
+        return not full
 
     def _commit(self, placed: _Placed) -> Optional[str]:
         draft, layer = placed.draft, placed.draft.layer
