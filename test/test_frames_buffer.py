@@ -80,6 +80,19 @@ def test_a_stamp_after_the_newest_transform_waits_and_a_clamped_one_takes_the_ne
     assert isinstance(far, LookupFailure)
 
 
+def test_a_correction_holds_until_the_next_one_and_motion_is_waited_for():
+    buffer = TransformBuffer(max_extrapolation=0.5, moving_frames=frozenset({"base_link"}))
+    buffer.set_transform("map", "odom", T0, from_yaw(5.0, 0.0, 0.0, 0.0))
+    for i in range(5):
+        buffer.set_transform("odom", "base_link", T0 + 0.1 * i, from_yaw(0.1 * i, 0.0, 0.0, 0.0))
+    held = buffer.lookup("map", "base_link", T0 + 0.35)  # map -> odom is 0.35 s old: held, not waited for
+    assert isinstance(held, Transform) and close(held.translation, (5.35, 0.0, 0.0), 1e-6)
+    ahead = buffer.lookup("map", "base_link", T0 + 0.45)  # base_link's motion is not there yet: wait
+    assert isinstance(ahead, LookupFailure) and ahead.retry
+    stale = buffer.lookup("map", "odom", T0 + 0.6)  # older than max_extrapolation: a correction is due
+    assert isinstance(stale, LookupFailure) and stale.retry
+
+
 def test_static_transforms_hold_at_any_time_and_unknown_frames_say_so():
     buffer = TransformBuffer(moving_frames=frozenset({'base_link'}))
     robot_tree(buffer)

@@ -7,10 +7,14 @@ chain through the frames' common ancestor, each dynamic edge interpolated at
 ``t`` (tf2's lerp + slerp).
 
 Where this differs from tf2, on purpose:
-- A stamp newer than an edge's newest transform is *not yet* answerable
-  (``retry``): the caller waits for the transform. Only a caller that has
-  stopped waiting (``clamp=True``) gets the newest transform, and only within
-  ``max_extrapolation`` seconds of it.
+- A stamp newer than a moving frame's newest transform (the robot's motion,
+  ``odom -> base_link``) is *not yet* answerable (``retry``): the caller waits
+  for the transform. Only a caller that has stopped waiting (``clamp=True``)
+  gets the newest transform, and only within ``max_extrapolation`` seconds of
+  it. A correction edge (``map -> odom``) holds its newest transform for
+  ``max_extrapolation`` seconds: it changes by millimetres between two
+  corrections, and waiting for the next would delay every message by its
+  period.
 - No interpolation across a gap longer than ``max_gap`` nor across a jump of
   a correction edge (``map -> odom``: translation over ``max_jump`` metres or
   rotation over ``max_jump`` radians between two consecutive transforms: a
@@ -377,7 +381,10 @@ class TransformBuffer:
             return LookupFailure("not yet", f"no transform {what} yet", True, target, source)
         newest, oldest = stamps[-1], stamps[0]
         if t > newest:
-            if clamp and t - newest <= self.max_extrapolation:
+            # A correction (map -> odom) holds until the next one, which localization publishes at 1-10 Hz:
+            # waiting for it would hold every message back by up to its period for a change of millimetres.
+            # The robot's motion (a moving frame) is waited for and interpolated.
+            if (clamp or child not in self.moving_frames) and t - newest <= self.max_extrapolation:
                 return transforms[-1]
             return LookupFailure("not yet", f"the newest transform {what} is {t - newest:.3f} s older than the "
                                  "stamp", True, target, source, t - newest)

@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -109,6 +109,44 @@ def _qos(depth: int, reliability: str) -> QoSProfile:
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(depth), reliability=policy)
 
 
+class _TfListener:
+    """/tf and /tf_static on a node and executor of their own, spun on one thread, as tf2_ros's
+    ``TransformListener(spin_thread=True)`` does.
+
+    A robot's /tf is its busiest topic (50-100 Hz and more). Through the memory node's own executor every
+    message would wake a wait set holding all its services, timers and subscriptions; here it wakes two
+    subscriptions. QoS as tf2_ros's listener: /tf reliable and volatile, /tf_static reliable and transient
+    local (latched). The callbacks only feed the pipeline's transform tree, which takes its own lock.
+    """
+
+    def __init__(self, parent: "MemoryNode", tf_type: Any, tf_topic: str, static_topic: str,
+                 on_tf: Callable[[Any, bool], Any]) -> None:
+        self.node = rclpy.create_node(f"{parent.get_name()}_tf_listener", namespace=parent.get_namespace(),
+                                      context=parent.context, start_parameter_services=False)
+        dynamic = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.node.create_subscription(tf_type, tf_topic, lambda msg: on_tf(msg, False), dynamic)
+        self.node.create_subscription(tf_type, static_topic, lambda msg: on_tf(msg, True), latched)
+        self.executor = SingleThreadedExecutor(context=parent.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self._spin, name="memory-tf", daemon=True)
+        self.thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self.executor.spin()
+        except Exception:  # shut down under it (deactivate, process exit): nothing left to do
+            pass
+
+    def close(self) -> None:
+        try:
+            self.executor.shutdown(timeout_sec=2.0)
+        finally:
+            self.thread.join(timeout=5.0)
+            self.node.destroy_node()
+
+
 class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type information
     """Lifecycle node `memory`: layers in, services out, consolidation on timers."""
 
@@ -128,6 +166,7 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         self._memory_services: list[Any] = []
         self._memory_timers: list[Any] = []
         self._marker_publisher: Any = None
+        self._tf_listener: Optional[_TfListener] = None
         self._declare_errors: dict[str, str] = {}
         """Parameter name -> why rclpy refused to declare it (a params-file type clash)."""
         for name, default, type_name, description in declarations():
@@ -299,16 +338,8 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
             runtime.odometry_type, params.odom_topic, self._on_odometry, _qos(ODOM_QOS_DEPTH, "best_effort"),
             callback_group=self._intake_group))
         if params.fixed_frame:
-            # tf2_ros's listener QoS: /tf reliable, volatile; /tf_static reliable, transient local (latched).
-            self._memory_subscriptions.append(self.create_subscription(
-                runtime.tf_type, params.tf_topic, functools.partial(self._on_tf, False),
-                QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE),
-                callback_group=self._intake_group))
-            self._memory_subscriptions.append(self.create_subscription(
-                runtime.tf_type, params.tf_static_topic, functools.partial(self._on_tf, True),
-                QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
-                           durability=DurabilityPolicy.TRANSIENT_LOCAL),
-                callback_group=self._intake_group))
+            self._tf_listener = _TfListener(self, runtime.tf_type, params.tf_topic, params.tf_static_topic,
+                                            self.runtime.on_tf)
             for timer in runtime.intake_timers():
                 self._memory_timers.append(self.create_timer(timer.period, timer.tick,
                                                              callback_group=self._intake_group))
@@ -372,6 +403,9 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
 
     # ------------------------------------------------------------------ entities
     def _destroy_entities(self) -> None:
+        listener, self._tf_listener = self._tf_listener, None
+        if listener is not None:
+            listener.close()
         for timer in self._memory_timers:
             self.destroy_timer(timer)
         for service in self._memory_services:
@@ -389,9 +423,6 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
 
     def _on_odometry(self, msg: Any) -> None:
         self.runtime.on_odometry(msg)
-
-    def _on_tf(self, static: bool, msg: Any) -> None:
-        self.runtime.on_tf(msg, static)
 
     def _on_camera_info(self, topic: str, msg: Any) -> None:
         self.runtime.on_camera_info(topic, msg)
