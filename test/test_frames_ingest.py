@@ -140,7 +140,7 @@ def test_a_stale_edge_leaves_the_message_without_a_position_once_tf_has_moved_on
     line, = [w for w in warnings if "no transform" in w]
     assert "map <- base_link" in line and "2.00 s older than the stamp" in line
     pipeline.on_message("scene", caption(T0 + 3.0), T0 + 3.0)
-    pipeline.expire(T0 + 8.5)
+    pipeline.expire(T0 + 13.5)
     assert len([w for w in warnings if "no transform" in w]) == 1  # one line per frame pair
     assert pipeline.counts()["scene"].no_transform == 2
 
@@ -148,16 +148,17 @@ def test_a_stale_edge_leaves_the_message_without_a_position_once_tf_has_moved_on
 def test_when_tf_stops_a_message_waits_for_the_sensors_to_move_on_or_the_clock(pipeline, memory):
     robot_at(pipeline, T0, (0.0, 0.0))
     pipeline.on_message("scene", caption(T0 + 2.0), T0 + 2.0)
-    assert pipeline.expire(T0 + 7.1) == 0  # nothing arrives: tf_timeout + QUIET_STALL = 5.2 s of the clock
-    assert pipeline.expire(T0 + 7.25) == 1
+    assert pipeline.expire(T0 + 12.1) == 0  # nothing arrives: tf_timeout + QUIET_STALL = 10.2 s of the clock
+    assert pipeline.expire(T0 + 12.25) == 1
     (_, x, y, *_), = stored(memory, "scene")
     assert x is None and pipeline.counts()["scene"].no_transform == 1
-    pipeline.on_message("scene", caption(T0 + 8.0), T0 + 8.0)
-    # stamped messages go on while /tf is silent: due once they are tf_timeout + TF_STALL (1.2 s) further
-    pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 9.1, "map", ("chair", 1.0, 1.0, 0.0)), T0 + 9.1)
+    pipeline.on_message("scene", caption(T0 + 13.0), T0 + 13.0)
+    # stamped messages go on while /tf is silent: due once they are tf_timeout + TF_STALL (5.2 s) further
+    pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 18.1, "map", ("chair", 1.0, 1.0, 0.0)),
+                        T0 + 18.1)
     assert pipeline.waiting == 1
-    pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 9.25, "map", ("chair", 1.0, 1.0, 0.0)),
-                        T0 + 9.25)
+    pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 18.25, "map", ("chair", 1.0, 1.0, 0.0)),
+                        T0 + 18.25)
     assert pipeline.waiting == 0 and pipeline.counts()["scene"].no_transform == 2
 
 
@@ -165,7 +166,7 @@ def test_a_transform_just_missed_takes_the_newest_within_the_extrapolation_limit
     robot_at(pipeline, T0, (0.0, 0.0))
     robot_at(pipeline, T0 + 1.0, (2.0, 0.0))
     pipeline.on_message("scene", caption(T0 + 1.3), T0 + 1.3)  # and then /tf stops
-    pipeline.expire(T0 + 6.6)
+    pipeline.expire(T0 + 11.6)
     (_, x, y, *_), = stored(memory, "scene")
     assert (x, y) == pytest.approx((10.0, 2.0)) and pipeline.counts()["scene"].no_transform == 0
 

@@ -48,9 +48,10 @@ log = logging.getLogger(__name__)
 
 _DIGITS = re.compile(r"\d+(\.\d+)?")
 _MAX_LOGGED_REASONS = 64
-TF_STALL = 1.0
-"""Seconds of stamped sensor messages a draft waits beyond ``tf_timeout`` when /tf has stopped."""
-QUIET_STALL = 5.0
+TF_STALL = 5.0
+"""Seconds of stamped sensor messages a draft waits beyond ``tf_timeout`` when /tf has stopped (or lags
+behind the sensors in a busy process: waiting longer then only costs latency)."""
+QUIET_STALL = 10.0
 """Seconds of the clock a draft waits beyond ``tf_timeout`` when nothing arrives at all."""
 MAX_WAITING = 10_000
 """Drafts waiting for their transform at most; beyond it a draft is placed at once with what there is."""
