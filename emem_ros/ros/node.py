@@ -121,8 +121,12 @@ class _TfListener:
 
     def __init__(self, parent: "MemoryNode", tf_type: Any, tf_topic: str, static_topic: str,
                  on_tf: Callable[[Any, bool], Any]) -> None:
-        self.node = rclpy.create_node(f"{parent.get_name()}_tf_listener", namespace=parent.get_namespace(),
-                                      context=parent.context, start_parameter_services=False)
+        name = f"{parent.get_name()}_tf_listener"
+        # Its own __node remap: launch's `name=` renames every node of the process (-r __node:=memory), and
+        # two nodes of one name clash. Topic remaps (-r /tf:=/robot1/tf) still apply.
+        self.node = rclpy.create_node(name, namespace=parent.get_namespace(), context=parent.context,
+                                      start_parameter_services=False,
+                                      cli_args=["--ros-args", "-r", f"__node:={name}"])
         dynamic = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
