@@ -143,6 +143,8 @@ def test_the_tf_bag_played_into_the_live_node_is_placed_as_replay_places_it(tmp_
         assert error <= 0.1, f"red mug located {error:.2f} m from the ground truth in map"
         assert node.ctrl_c() == 0, node.log()[-3000:]
         assert node.error_lines() == []
+        assert "multiple nodes with the same name" not in node.log()  # the TF listener node has its own name
+        assert "no transform" not in node.log(), node.log()[-3000:]
     finally:
         probe.close()
         node.stop()
