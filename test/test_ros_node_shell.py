@@ -119,6 +119,29 @@ def test_activate_wires_layers_services_timers_and_markers(make_node, tmp_path):
     assert publisher.name == "~/markers" and publisher.qos.durability is fake_rclpy.DurabilityPolicy.TRANSIENT_LOCAL
 
 
+def test_a_fixed_frame_listens_to_tf_raw_on_its_own_node_and_drops_redundant_odometry(make_node, tmp_path):
+    node = make_node(tmp_path / "m.db", fixed_frame="map")
+    assert node.trigger("configure") == SUCCESS and node.trigger("activate") == SUCCESS
+    listener = node._tf_listener
+    assert listener.node.name == "memory_tf_listener" and listener.node.options["cli_args"][-1] == \
+        "__node:=memory_tf_listener"
+    tf, static = of_kind(listener.node, "subscription")
+    assert (tf.name, static.name) == ("/tf", "/tf_static") and tf.raw and static.raw
+    assert static.qos.durability is fake_rclpy.DurabilityPolicy.TRANSIENT_LOCAL
+    assert "/odom" in {e.name for e in of_kind(node, "subscription")}
+    # /tf carries odom -> base_link: after enough superseded odometry the node stops listening to it
+    t0 = 1_763_800_000.0
+    make = lambda t: messages.tf_message(MAKE, messages.transform_stamped(MAKE, t, "odom", "base_link", 1.0, 0.0))
+    for i in range(60):
+        t = t0 + 0.1 * i
+        tf.callback(bytes(MAKE.store.serialize_cdr(make(t), "tf2_msgs/msg/TFMessage")))
+        node._on_odometry(messages.odometry(MAKE, t, 1.0, 0.0))
+    node._drop_redundant_odometry()
+    assert "/odom" not in {e.name for e in of_kind(node, "subscription")}
+    assert any("/odom unsubscribed" in message for _, message in node.logger.lines)
+    assert node.trigger("deactivate") == SUCCESS and node._tf_listener is None and listener.node.node_destroyed
+
+
 def test_callbacks_store_messages_and_services_answer(make_node, tmp_path):
     node = make_node(tmp_path / "m.db")
     node.trigger("configure"), node.trigger("activate")

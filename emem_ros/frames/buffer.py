@@ -37,6 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from emem_ros.frames.cdr import StampedTransform, parse_tf_message
 from emem_ros.frames.transform import Transform, from_message, interpolate
 
 FUTURE_TOLERANCE = 5.0
@@ -146,33 +147,28 @@ class TransformBuffer:
             return None
 
     def add_tf_message(self, msg: Any, *, static: bool, now: Optional[float] = None) -> tuple[int, list[str]]:
-        """Every ``TransformStamped`` of a ``tf2_msgs/TFMessage``: (accepted, reasons of the refused)."""
-        refused: list[str] = []
-        accepted = 0
+        """Every transform of a ``tf2_msgs/TFMessage`` (a message object, or its CDR bytes as a raw
+        subscription and a bag give them): (accepted, reasons of the refused)."""
         try:
-            items = list(msg.transforms)
-        except (AttributeError, TypeError):
+            items = _stamped_transforms(msg)
+        except ValueError as exc:
             with self._lock:
                 self._stats.rejected["not a TFMessage"] += 1
-            return 0, ["not a TFMessage"]
+            return 0, [f"not a TFMessage: {exc}"]
+        refused: list[str] = []
+        accepted = 0
         for item in items:
-            try:
-                header = item.header
-                parent, child = header.frame_id, item.child_frame_id
-                stamp = stamp_seconds(header.stamp)
-                transform = from_message(item.transform)
-            except AttributeError:
-                parent, child, stamp, transform = "", "", None, None
-            if stamp is None and not static:
+            if item.stamp is None and not static:
                 reason: Optional[str] = "unstamped"
                 with self._lock:
                     self._stats.rejected["unstamped"] += 1
             else:
-                reason = self.set_transform(parent, child, stamp or 0.0, transform, static=static, now=now)
+                reason = self.set_transform(item.parent, item.child, item.stamp or 0.0, item.transform,
+                                            static=static, now=now)
             if reason is None:
                 accepted += 1
             else:
-                refused.append(f"{reason} ({normalize(parent) or '?'} -> {normalize(child) or '?'})")
+                refused.append(f"{reason} ({normalize(item.parent) or '?'} -> {normalize(item.child) or '?'})")
         return accepted, refused
 
     def add_pose(self, parent: str, child: str, stamp: float, transform: Optional[Transform], *,
@@ -407,6 +403,25 @@ class TransformBuffer:
             return LookupFailure(kind, f"the stamp falls in a {gap:.1f} s {kind} of {what}", False, target, source,
                                  t - newest)
         return interpolate(transforms[i - 1], transforms[i], (t - before) / gap)
+
+
+def _stamped_transforms(msg: Any) -> list[StampedTransform]:
+    """The transforms of a TFMessage object or of its CDR bytes; ValueError for anything else."""
+    if isinstance(msg, (bytes, bytearray, memoryview)):
+        return parse_tf_message(msg)
+    try:
+        items = list(msg.transforms)
+    except (AttributeError, TypeError):
+        raise ValueError(f"a {type(msg).__name__} has no transforms") from None
+    out = []
+    for item in items:
+        try:
+            header = item.header
+            out.append(StampedTransform(header.frame_id, item.child_frame_id, stamp_seconds(header.stamp),
+                                        from_message(item.transform)))
+        except AttributeError:
+            out.append(StampedTransform("", "", None, None))
+    return out
 
 
 def normalize(frame: Any) -> str:

@@ -217,6 +217,11 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
             clock.now = t
             summary.messages_read += 1
             route = routes[conn.id]
+            if route in tf_messages:  # the node reads /tf raw: the same bytes, the same parser
+                tf_messages[route] += 1
+                pipeline.on_tf(raw, static=route == TF_STATIC, receive_time=t)
+                progress.update()
+                continue
             try:
                 msg = decoder.decode(conn, raw)
             except DecodeError as exc:
@@ -224,9 +229,6 @@ def _feed(reader: BagReader, decoder: Decoder, routes: dict[int, str], memory: A
             else:
                 if route == ODOMETRY:
                     odom_accepted += bool(pipeline.on_odometry(msg, t))
-                elif route in tf_messages:
-                    tf_messages[route] += 1
-                    pipeline.on_tf(msg, static=route == TF_STATIC, receive_time=t)
                 elif route.startswith(CAMERA_INFO):
                     topic = route[len(CAMERA_INFO):]
                     camera_infos[topic] = camera_infos.get(topic, 0) + 1

@@ -64,6 +64,8 @@ MARKER_TOPIC = "~/markers"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 ODOM_QOS_DEPTH = 50
 TF_QOS_DEPTH = 100
+ODOMETRY_CHECK_PERIOD = 5.0
+"""Seconds between checks whether /tf made the odometry subscription redundant (with a fixed frame)."""
 CAMERA_INFO_QOS_DEPTH = 5
 _ROS_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
 
@@ -130,8 +132,10 @@ class _TfListener:
         dynamic = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.node.create_subscription(tf_type, tf_topic, lambda msg: on_tf(msg, False), dynamic)
-        self.node.create_subscription(tf_type, static_topic, lambda msg: on_tf(msg, True), latched)
+        # raw: the CDR bytes go to the memory's own TFMessage parser (emem_ros.frames.cdr, what replay uses
+        # too), not through rclpy's message objects
+        self.node.create_subscription(tf_type, tf_topic, lambda msg: on_tf(msg, False), dynamic, raw=True)
+        self.node.create_subscription(tf_type, static_topic, lambda msg: on_tf(msg, True), latched, raw=True)
         self.executor = SingleThreadedExecutor(context=parent.context)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self._spin, name="memory-tf", daemon=True)
@@ -171,6 +175,7 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         self._memory_timers: list[Any] = []
         self._marker_publisher: Any = None
         self._tf_listener: Optional[_TfListener] = None
+        self._odom_subscription: Any = None
         self._declare_errors: dict[str, str] = {}
         """Parameter name -> why rclpy refused to declare it (a params-file type clash)."""
         for name, default, type_name, description in declarations():
@@ -338,15 +343,17 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
             self._memory_subscriptions.append(self.create_subscription(
                 runtime.layer_types[spec.name], spec.topic, callback, _qos(spec.qos_depth, spec.reliability),
                 callback_group=self._intake_group))
-        self._memory_subscriptions.append(self.create_subscription(
+        self._odom_subscription = self.create_subscription(
             runtime.odometry_type, params.odom_topic, self._on_odometry, _qos(ODOM_QOS_DEPTH, "best_effort"),
-            callback_group=self._intake_group))
+            callback_group=self._intake_group)
         if params.fixed_frame:
             self._tf_listener = _TfListener(self, runtime.tf_type, params.tf_topic, params.tf_static_topic,
                                             self.runtime.on_tf)
             for timer in runtime.intake_timers():
                 self._memory_timers.append(self.create_timer(timer.period, timer.tick,
                                                              callback_group=self._intake_group))
+            self._memory_timers.append(self.create_timer(ODOMETRY_CHECK_PERIOD, self._drop_redundant_odometry,
+                                                         callback_group=self._maintenance_group))
         for topic in sorted({spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}):
             self._memory_subscriptions.append(self.create_subscription(  # best effort hears both kinds
                 runtime.camera_info_type, topic, functools.partial(self._on_camera_info, topic),
@@ -410,6 +417,9 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         listener, self._tf_listener = self._tf_listener, None
         if listener is not None:
             listener.close()
+        if self._odom_subscription is not None:
+            self.destroy_subscription(self._odom_subscription)
+            self._odom_subscription = None
         for timer in self._memory_timers:
             self.destroy_timer(timer)
         for service in self._memory_services:
@@ -427,6 +437,17 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
 
     def _on_odometry(self, msg: Any) -> None:
         self.runtime.on_odometry(msg)
+
+    def _drop_redundant_odometry(self) -> None:
+        """With a fixed frame, once /tf carries the odometry's edge the odometry topic is not needed: stop
+        taking its callbacks (each costs the executor about a millisecond)."""
+        if self._odom_subscription is None or not self.runtime.odometry_redundant():
+            return
+        self.destroy_subscription(self._odom_subscription)
+        self._odom_subscription = None
+        params = self.runtime.params
+        topic = params.odom_topic if params is not None else "odometry"
+        self._log.info(f"{topic} unsubscribed: /tf carries its odom -> base transform (positions come from TF)")
 
     def _on_camera_info(self, topic: str, msg: Any) -> None:
         self.runtime.on_camera_info(topic, msg)

@@ -33,8 +33,11 @@ __all__ = ["ConfigureError", "MemoryRuntime", "TimerSpec", "ODOMETRY_TYPE", "TF_
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 TF_TYPE = "tf2_msgs/msg/TFMessage"
-MIN_TF_TICK = 0.02
-"""Seconds: the waiting drafts are checked at least every tf_timeout / 2, but not more often than this."""
+TF_TICK = 1.0
+"""Seconds between checks of the drafts waiting for transforms when no message arrives (every message and
+transform checks them too)."""
+ODOMETRY_SUPERSEDED = 50
+"""Odometry poses /tf made redundant (it carries their odom -> base edge) before the node stops listening."""
 WARM_WAIT = 60.0
 """Seconds cleanup waits for the configure-time catalog build before closing the store anyway."""
 
@@ -292,7 +295,15 @@ class MemoryRuntime:
         params = self.params
         if params is None or not params.fixed_frame or params.tf_timeout <= 0:
             return []
-        return [TimerSpec("tf_wait", max(MIN_TF_TICK, params.tf_timeout / 2.0), self.tf_tick)]
+        return [TimerSpec("tf_wait", TF_TICK, self.tf_tick)]
+
+    def odometry_redundant(self) -> bool:
+        """With a fixed frame: /tf carries the odometry's edge (odom -> base), so the odometry topic adds
+        nothing but callbacks (the node then unsubscribes it)."""
+        pipeline = self.pipeline
+        if pipeline is None or not pipeline.placer.uses_tf:
+            return False
+        return pipeline.transforms.stats().odometry_superseded >= ODOMETRY_SUPERSEDED
 
     def on_camera_info(self, topic: str, msg: Any) -> bool:
         """A CameraInfo for the layers whose camera_info_topic this is; never raises."""

@@ -135,6 +135,7 @@ class Entity:
     callback_group: Any = None
     period: float = 0.0
     published: list = field(default_factory=list)
+    raw: bool = False
 
     def publish(self, msg: Any) -> None:
         self.published.append(msg)
@@ -181,6 +182,13 @@ class LifecycleNode:
         self.entities: list[Entity] = []
         self.destroyed: list[Entity] = []
         self.node_destroyed = False
+        self.context = None
+
+    def get_name(self) -> str:
+        return self.name
+
+    def get_namespace(self) -> str:
+        return self.namespace or "/"
 
     # parameters
     def declare_parameter(self, name: str, value: Any = None, descriptor: Optional[ParameterDescriptor] = None):
@@ -229,8 +237,8 @@ class LifecycleNode:
         self.entities.append(entity)
         return entity
 
-    def create_subscription(self, msg_type, topic, callback, qos_profile, *, callback_group=None):
-        return self._add(Entity("subscription", msg_type, topic, callback, qos_profile, callback_group))
+    def create_subscription(self, msg_type, topic, callback, qos_profile, *, callback_group=None, raw=False):
+        return self._add(Entity("subscription", msg_type, topic, callback, qos_profile, callback_group, raw=raw))
 
     def create_service(self, srv_type, srv_name, callback, *, qos_profile=None, callback_group=None):
         return self._add(Entity("service", srv_type, srv_name, callback, qos_profile, callback_group))
@@ -287,6 +295,31 @@ class MultiThreadedExecutor:
         return True
 
 
+class SingleThreadedExecutor:
+    """Spins one helper node (the TF listener) until shut down; made nodes are kept in ``_State``."""
+
+    def __init__(self, context: Any = None) -> None:
+        self.nodes: list[Any] = []
+        self._stopped = threading.Event()
+
+    def add_node(self, node: Any) -> None:
+        self.nodes.append(node)
+
+    def spin(self) -> None:
+        self._stopped.wait(30.0)
+
+    def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
+        self._stopped.set()
+        return True
+
+
+def _create_node(node_name: str, *, namespace: str = "", context: Any = None, **options: Any) -> "LifecycleNode":
+    node = LifecycleNode(node_name, parameter_overrides=[], namespace=namespace)
+    node.options = options
+    _State.made_nodes.append(node)
+    return node
+
+
 class _State:
     ok = False
     init_args: Any = None
@@ -341,10 +374,12 @@ def installed(make: InterfaceFactory) -> Iterator[types.ModuleType]:
     """sys.modules holds the fake rclpy and interface packages; emem_ros.ros.node is imported fresh."""
     rclpy = types.ModuleType("rclpy")
     rclpy.init, rclpy.ok, rclpy.shutdown = _init, _ok, _shutdown
+    rclpy.create_node = _create_node
     parts = {
         "rclpy": rclpy,
         "rclpy.callback_groups": {"MutuallyExclusiveCallbackGroup": MutuallyExclusiveCallbackGroup},
         "rclpy.executors": {"MultiThreadedExecutor": MultiThreadedExecutor,
+                            "SingleThreadedExecutor": SingleThreadedExecutor,
                             "ExternalShutdownException": ExternalShutdownException},
         "rclpy.lifecycle": {"LifecycleNode": LifecycleNode, "TransitionCallbackReturn": TransitionCallbackReturn},
         "rclpy.parameter": {"Parameter": Parameter},
