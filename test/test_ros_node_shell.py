@@ -131,10 +131,10 @@ def test_a_fixed_frame_listens_to_tf_raw_on_its_own_node_and_drops_redundant_odo
     assert "/odom" in {e.name for e in of_kind(node, "subscription")}
     # /tf carries odom -> base_link: after enough superseded odometry the node stops listening to it
     t0 = 1_763_800_000.0
-    make = lambda t: messages.tf_message(MAKE, messages.transform_stamped(MAKE, t, "odom", "base_link", 1.0, 0.0))
     for i in range(60):
         t = t0 + 0.1 * i
-        tf.callback(bytes(MAKE.store.serialize_cdr(make(t), "tf2_msgs/msg/TFMessage")))
+        msg = messages.tf_message(MAKE, messages.transform_stamped(MAKE, t, "odom", "base_link", 1.0, 0.0))
+        tf.callback(bytes(MAKE.store.serialize_cdr(msg, "tf2_msgs/msg/TFMessage")))
         node._on_odometry(messages.odometry(MAKE, t, 1.0, 0.0))
     node._drop_redundant_odometry()
     assert "/odom" not in {e.name for e in of_kind(node, "subscription")}
