@@ -154,15 +154,19 @@ def test_the_tf_bag_played_into_the_live_node_is_placed_as_replay_places_it(tmp_
     live_stamped = [r for r in live if r[0] in stamped]
     replay_stamped = [r for r in replayed if r[0] in stamped]
     assert len(live_stamped) == len(replay_stamped) > 500
-    worst = 0.0
+    differences = []
     for a, b in zip(live_stamped, replay_stamped):
         assert a[:3] == b[:3] and a[6] == b[6] == "map", (a, b)
         if a[3] is None or b[3] is None:
             assert a[3] is None and b[3] is None, (a, b)  # placed in both, or in neither
             continue
-        worst = max(worst, math.dist(a[3:6], b[3:6]))
-    # A draft the live node stopped waiting for (its /tf came after a /clock tick of 0.25 bag s) takes the
-    # newest transform within odom_max_extrapolation; replay interpolates it: centimetres at most.
-    assert worst <= 0.05, f"a live position is {worst:.3f} m from replay's"
+        differences.append(math.dist(a[3:6], b[3:6]))
+    differences.sort()
+    # Replay reads /tf in bag order. The live node reads it on its own thread: where the next correction
+    # (map -> odom, 5 Hz) was already in when a detection was placed, the node interpolates between two
+    # corrections while replay holds the last one. The two differ by the localization noise between two
+    # corrections (2 cm and 0.3 deg, measured metres from where odometry started): centimetres.
+    assert differences[len(differences) // 2] <= 0.001, "most positions must be exactly replay's"
+    assert differences[-1] <= 0.1, f"a live position is {differences[-1]:.3f} m from replay's"
     unplaced = sum(1 for r in live_stamped if r[3] is None)
     assert unplaced == 0, f"{unplaced} stamped observations without a position"
