@@ -184,3 +184,39 @@ def test_d_cortex_put_its_memory_guidance_in_the_planning_prompt(form: Form) -> 
     assert "radius" in locate["function"]["description"]  # our description, not eMEM's
     if form.name == "local":  # our layer names, as inspect_component lists them
         assert "detections_3d  (from topic 'detections_3d'" in prompt and "battery  (from topic" in prompt
+
+
+# ---------------------------------------------------------------------- bad input from the planner
+BAD_CALLS = (
+    ("teleport", "{}", "no action named 'teleport'"),
+    ("destroy_node", "{}", "no action named 'destroy_node'"),  # a method, but no action: refused, not run
+    ("locate", "{}", "locate needs 'concept'"),
+    ("locate", "{not json", "not valid JSON"),
+    ("locate", "[1, 2]", "must be a JSON object"),
+    ("locate", '{"concept": "red mug", "colour": "red"}', "locate has no argument 'colour'"),
+    ("semantic_search", '{"query": "mug", "n_results": "many"}', "'n_results' must be a whole number"),
+    ("spatial_query", '{"x": 1e308, "y": 0}', "'x' must be at most"),
+    ("spatial_query", '{"x": NaN, "y": 0}', "must be a finite number"),
+    ("body_status", '{"below": Infinity}', "must be a finite number"),
+    ("store_specific_memory", '{"content": "a bad note", "x": NaN, "y": 1.0}', "must be a finite number"),
+    ("store_specific_memory", '{"content": "a bad note", "x": 1e300, "y": 1.0}', "'x' must be at most"),
+    ("store_specific_memory", '{"content": ["a bad note"]}', "'content' must be text"),
+    ("store_specific_memory", '{"layer_name": "agent_notes"}', "store_specific_memory needs 'content'"),
+    ("start_episode", '{"name": "x", "parent_episode_id": "ep-999999"}', "ep-999999"),
+    ("end_episode", '{"success": "perhaps"}', "'success' must be true or false"),
+)
+
+
+def test_bad_calls_through_execute_method_are_answered_and_nothing_is_stored(form: Form) -> None:
+    for name, kwargs, expected in BAD_CALLS:
+        response = form.client.execute("memory", name, kwargs)
+        assert not response.success, f"{name}({kwargs}) was accepted: {response.response_json}"
+        assert expected in response.error_msg, f"{name}({kwargs}): {response.error_msg}"
+    assert eg.sightings(form.db, "a bad note", "agent_notes") == 0
+    good = form.client.execute("memory", "store_specific_memory", '{"content": "a good note", "x": 1.0, "y": 2.0}')
+    assert good.success, good.error_msg
+    assert "Stored obs-" in eg.answer_json(good)
+    assert eg.sightings(form.db, "a good note", "agent_notes") == 1  # once: stored at once, not twice
+    still = form.client.execute("memory", "locate", '{"concept": "red mug"}')  # the component keeps serving
+    assert still.success and eg.place_in(eg.answer_json(still)) is not None, still.error_msg
+    assert form.recipe.proc.poll() is None

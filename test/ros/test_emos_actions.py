@@ -1,0 +1,79 @@
+"""Our Memory component declares EmbodiedAgents Memory's actions: the same names, argument names and phases.
+
+Read from the installed ``agents`` package (EmbodiedAgents 0.7.4 in the Humble
+overlay) and from ``emem_ros.emos``, the way Cortex reads them: the methods
+decorated ``@component_action``, their ``_action_phase`` and the JSON schema
+in ``_action_description``. Their retrieval tools take ``**kwargs`` described
+by eMEM's schemas (stubs without properties when eMEM is not installed); their
+write actions name their arguments in the signature. Every argument they take,
+ours takes under the same name; what ours adds is listed here, and optional.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="EmbodiedAgents is in the Humble overlay (/opt/ros/humble-extras)")
+
+from agents.components.cortex import Cortex  # noqa: E402
+from agents.components.memory import Memory as TheirMemory  # noqa: E402
+from ros_sugar.utils import get_methods_with_decorator  # noqa: E402
+
+from emem_ros.emos.component import Memory as OurMemory  # noqa: E402
+
+pytestmark = pytest.mark.humble_only
+
+OURS_ADDS = {
+    "store_specific_memory": {"metadata"},
+    "start_episode": {"parent_episode_id", "goal", "agent_id"},
+    "end_episode": {"consolidate", "result", "reflection", "success"},
+}
+"""Optional arguments our actions take beyond EmbodiedAgents' (their retrieval schemas come from eMEM)."""
+
+
+def declared(cls: type) -> dict[str, dict[str, Any]]:
+    """Action name -> phase, schema properties, required, and the Python parameters (as Cortex sees them)."""
+    out = {}
+    for name in get_methods_with_decorator(cls.__new__(cls), "component_action"):
+        if name in Cortex._LIFECYCLE_METHODS:  # the base class's start, stop, ...: Cortex leaves them out
+            continue
+        method = getattr(cls, name)
+        schema = json.loads(method._action_description)["function"]
+        params = [p.name for p in inspect.signature(inspect.unwrap(method)).parameters.values()
+                  if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+        out[name] = {"phase": method._action_phase, "name": schema["name"],
+                     "properties": set(schema["parameters"].get("properties", {})),
+                     "required": set(schema["parameters"].get("required", [])), "python": set(params)}
+    return out
+
+
+def test_the_same_actions_with_the_same_phases() -> None:
+    theirs, ours = declared(TheirMemory), declared(OurMemory)
+    assert set(ours) == set(theirs) and len(theirs) == 14
+    assert {n: d["phase"] for n, d in ours.items()} == {n: d["phase"] for n, d in theirs.items()}
+    assert all(d["name"] == n for n, d in ours.items())
+
+
+def test_every_argument_they_take_ours_takes_by_the_same_name() -> None:
+    theirs, ours = declared(TheirMemory), declared(OurMemory)
+    for name, their in theirs.items():
+        our = ours[name]
+        their_args = their["properties"] | their["python"]
+        assert their_args <= our["properties"], f"{name}: ours lacks {their_args - our['properties']}"
+        if their["properties"]:  # their schema is real (not eMEM's stub): the same required, the rest listed
+            assert our["required"] == their["required"], name
+            assert our["properties"] - their_args == OURS_ADDS.get(name, set()), name
+        assert not our["python"], f"{name}: ours checks arguments itself (**kwargs), got {our['python']}"
+
+
+def test_the_constructor_takes_theirs() -> None:
+    theirs = inspect.signature(TheirMemory.__init__).parameters
+    ours = inspect.signature(OurMemory.__init__).parameters
+    names = [p for p in theirs if p not in ("self", "kwargs")]
+    assert names == [p for p in ours if p in names]  # the same names, in the same order
+    assert all(ours[p].kind is theirs[p].kind for p in theirs)  # keyword-only, as theirs
+    assert {p for p in ours if p not in theirs} == {"proxy_to", "emem_params"}
