@@ -38,7 +38,7 @@ from agents.ros import (
     component_action,
 )
 
-from emem_ros.emos import actions as acts
+import emem_ros.emos.actions as acts
 from emem_ros.emos.actions import ActionError, description
 from emem_ros.emos.datatypes import register as register_datatypes
 from emem_ros.emos.local import LocalMemory
