@@ -129,9 +129,9 @@ def test_their_constructor_arguments_become_node_parameters_that_validate() -> N
     topic = lambda name, cls: SimpleNamespace(name=name, ros_msg_type=cls)  # noqa: E731
     from types import new_class
 
-    String = new_class("String")  # noqa: N806
+    String = new_class("String")
     String.__module__ = "std_msgs.msg._string"
-    Battery = new_class("BatteryState")  # noqa: N806
+    Battery = new_class("BatteryState")
     Battery.__module__ = "sensor_msgs.msg._battery_state"
     layers = [SimpleNamespace(subscribes_to=topic("robot/scene", String), temporal_change=True,
                               is_internal_state=False),

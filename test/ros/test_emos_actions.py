@@ -19,11 +19,11 @@ import pytest
 
 pytest.importorskip("agents", reason="EmbodiedAgents is in the Humble overlay (/opt/ros/humble-extras)")
 
-from agents.components.cortex import Cortex  # noqa: E402
-from agents.components.memory import Memory as TheirMemory  # noqa: E402
-from ros_sugar.utils import get_methods_with_decorator  # noqa: E402
+from agents.components.cortex import Cortex
+from agents.components.memory import Memory as TheirMemory
+from ros_sugar.utils import get_methods_with_decorator
 
-from emem_ros.emos.component import Memory as OurMemory  # noqa: E402
+from emem_ros.emos.component import Memory as OurMemory
 
 pytestmark = pytest.mark.humble_only
 

@@ -26,9 +26,9 @@ import pytest
 pytest.importorskip("agents", reason="EmbodiedAgents is in the Humble overlay (/opt/ros/humble-extras)")
 pytest.importorskip("emem_ros.srv", reason="build and source emem_ros (colcon build) to get its interfaces")
 
-from test.ros import emos_graph as eg  # noqa: E402
-from test.ros import graph  # noqa: E402
-from test.ros.emos_ollama import ScriptedOllama, called, is_confirmation, plan, text, tool_call, tool_results  # noqa: E402
+from test.ros import emos_graph as eg
+from test.ros import graph
+from test.ros.emos_ollama import ScriptedOllama, called, is_confirmation, plan, text, tool_call, tool_results
 
 pytestmark = pytest.mark.humble_only
 
