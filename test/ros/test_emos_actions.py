@@ -77,3 +77,21 @@ def test_the_constructor_takes_theirs() -> None:
     assert names == [p for p in ours if p in names]  # the same names, in the same order
     assert all(ours[p].kind is theirs[p].kind for p in theirs)  # keyword-only, as theirs
     assert {p for p in ours if p not in theirs} == {"proxy_to", "emem_params"}
+
+
+def test_register_tools_on_a_plain_llm_component() -> None:
+    from agents.ros import MemLayer, Topic
+
+    registered: list[tuple[Any, dict[str, Any], bool]] = []
+    llm = type("LLM", (), {"register_tool": lambda self, fn, desc, send: registered.append((fn, desc, send))})()
+    memory = OurMemory(layers=[MemLayer(subscribes_to=Topic(name="scene", msg_type="String"))],
+                       position=Topic(name="odom", msg_type="Odometry"), component_name="memory_tools_test")
+    memory.register_tools_on(llm, tools=["locate", "body_status"], send_tool_response_to_model=False)
+    assert [(d["function"]["name"], send) for _, d, send in registered] == [("locate", False), ("body_status", False)]
+    locate = registered[0][0]
+    assert locate.__name__ == "locate" and locate.__self__ is memory
+    assert locate(concept="red mug").startswith("Error: the memory of memory_tools_test is not open")
+    with pytest.raises(ValueError, match="no retrieval tool named store"):
+        memory.register_tools_on(llm, tools=["store"])
+    memory.register_tools_on(llm)
+    assert len(registered) == 2 + 10
