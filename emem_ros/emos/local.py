@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from emem_ros.core.errors import InvalidInputError
 from emem_ros.emos.actions import Handler
 from emem_ros.ros.factory import build_memory, make_llm_client
 from emem_ros.ros.params import NodeParams, parse_params
@@ -51,6 +52,9 @@ class LocalMemory:
     def open(cls, flat: dict[str, Any], clock: Callable[[], float], *, warn: Callable[[str], None],
              embedding_client: Any = None, model_client: Any = None) -> "LocalMemory":
         params = parse_params(flat)
+        if params.fleet_url:  # never accepted and then silently not synced
+            raise InvalidInputError("fleet.url: the fleet sync runs in the emem_ros memory node; launch the node with "
+                                    "it and give the component proxy_to='/<node>'")
         memory = open_memory(params, clock, embedding_client, model_client)
         try:
             pipeline = IngestPipeline(memory, params, warn=warn)
