@@ -44,6 +44,7 @@ from emem_ros.emos.datatypes import register as register_datatypes
 from emem_ros.emos.local import LocalMemory
 from emem_ros.emos.params import flat_params, layer_name
 from emem_ros.emos.proxy import NodeMemory
+from emem_ros.ros.runtime import intake_report
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,8 @@ class Memory(Component):
     def _close(self) -> None:
         with self._backend_lock:
             backend, self._backend = self._backend, None
+        if isinstance(backend, LocalMemory):
+            self.get_logger().info(intake_report(backend.pipeline.counts()))  # as the memory node reports it
         if backend is not None:
             backend.close()
 

@@ -189,6 +189,17 @@ class EmosClient:
         request.name, request.kwargs_json = name, kwargs_json
         return self._wait(client.call_async(request), timeout, f"execute_method {name}")
 
+    def publish(self, topic: str, messages: list[Any], timeout: float = 20.0) -> None:
+        """Publish ``messages`` on ``topic`` once a subscriber is matched."""
+        publisher = self.node.create_publisher(type(messages[0]), topic, 10)
+        deadline = time.monotonic() + timeout
+        while publisher.get_subscription_count() == 0:
+            assert time.monotonic() < deadline, f"nobody subscribes to {topic}"
+            time.sleep(0.05)
+        for msg in messages:
+            publisher.publish(msg)
+            time.sleep(0.02)
+
     def close(self) -> None:
         self.executor.shutdown()
         self.node.destroy_node()

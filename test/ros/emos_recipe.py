@@ -34,7 +34,9 @@ def main() -> None:
         memory = Memory(
             layers=[MemLayer(subscribes_to=Topic(name="detections_3d", msg_type="Detection3DArray")),
                     MemLayer(subscribes_to=Topic(name="scene", msg_type="String"), temporal_change=True),
-                    MemLayer(subscribes_to=Topic(name="battery", msg_type="BatteryState"), is_internal_state=True)],
+                    MemLayer(subscribes_to=Topic(name="battery", msg_type="BatteryState"), is_internal_state=True),
+                    MemLayer(subscribes_to=Topic(name="vision", msg_type="Detections")),  # a Vision component's
+                    MemLayer(subscribes_to=Topic(name="speech", msg_type="StreamingString"))],  # an LLM's reply
             position=Topic(name="odom", msg_type="Odometry"),
             config=MemoryConfig(db_path=args.db),
             trigger=1.0,

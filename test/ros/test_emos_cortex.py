@@ -15,6 +15,7 @@ planning prompt.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -217,6 +218,33 @@ def test_bad_calls_through_execute_method_are_answered_and_nothing_is_stored(for
     assert good.success, good.error_msg
     assert "Stored obs-" in eg.answer_json(good)
     assert eg.sightings(form.db, "a good note", "agent_notes") == 1  # once: stored at once, not twice
+    stored = form.client.execute("memory", "store", "{}")
+    assert stored.success and ("written now" in eg.answer_json(stored) or "nothing to snapshot" in
+                               eg.answer_json(stored)), stored.error_msg
     still = form.client.execute("memory", "locate", '{"concept": "red mug"}')  # the component keeps serving
     assert still.success and eg.place_in(eg.answer_json(still)) is not None, still.error_msg
     assert form.recipe.proc.poll() is None
+
+
+# ---------------------------------------------------------------------- their message types
+def test_their_message_types_go_through_the_ingest_path(form: Form) -> None:
+    from automatika_embodied_agents.msg import Bbox2D, Detections2D, StreamingString
+    from std_msgs.msg import String
+
+    form.client.publish("/scene", [String(data="a purple umbrella by the door")])
+    expected = [("a purple umbrella by the door", "scene")]
+    if form.name == "local":  # the node of the proxy form has no layers of EmbodiedAgents' types
+        box = Bbox2D(top_left_x=10.0, top_left_y=20.0, bottom_right_x=50.0, bottom_right_y=80.0)
+        form.client.publish("/vision", [Detections2D(labels=["green bottle"], scores=[0.8], boxes=[box])])
+        form.client.publish("/speech", [StreamingString(stream=True, done=False, data="The bottle "),
+                                        StreamingString(stream=True, done=False, data="is green."),
+                                        StreamingString(stream=True, done=True, data="")])
+        expected += [("green bottle", "vision"), ("The bottle is green.", "speech")]
+    deadline = time.monotonic() + 20.0
+    while any(eg.sightings(form.db, t, layer) != 1 for t, layer in expected) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [eg.sightings(form.db, t, layer) for t, layer in expected] == [1] * len(expected)
+    if form.name == "local":
+        metadata = json.loads(eg.query(form.db, "SELECT o.metadata FROM observations o JOIN texts t "
+                                                "ON t.id = o.text_id WHERE t.text = 'green bottle'")[0][0])
+        assert metadata["bbox"] == {"center": [30.0, 50.0], "size": [40.0, 60.0]} and metadata["score"] == 0.8
