@@ -55,7 +55,8 @@ class NodeMemory:
         while not future.done():
             if time.monotonic() > deadline:
                 future.cancel()
-                raise ActionError(f"the memory node {self.node_name} did not answer {tool} within {self.timeout:g} s")
+                raise ActionError(f"the memory node {self.node_name} did not answer {tool} within {self.timeout:g} s;"
+                                  " it may still complete it, so look before storing or starting anything again")
             time.sleep(0.005)
         response = future.result()
         if response is None:
