@@ -4,15 +4,15 @@ One memory then serves Cortex and any other planner on the graph at once. The
 component checks a call's arguments as the local form does (the same
 registry), renames them to ours and sends ``emem_ros/srv/CallTool``; the
 node's answer text comes back as the action's answer, its ``message`` (bad
-arguments, a closed memory, ...) as the action's error. Waiting polls the
-future: the response is taken by another thread of the component's
-multi-threaded executor (the client sits in a reentrant callback group).
+arguments, a closed memory, ...) as the action's error. The response is taken
+by another thread of the component's multi-threaded executor (the client sits
+in a reentrant callback group), which wakes the waiting action.
 """
 
 from __future__ import annotations
 
 import json
-import time
+import threading
 from typing import Any
 
 from emem_ros.emos.actions import ActionError, Handler
@@ -51,13 +51,12 @@ class NodeMemory:
         request.tool = tool
         request.arguments_json = json.dumps(arguments, allow_nan=False)
         future = self._client.call_async(request)
-        deadline = time.monotonic() + self.timeout
-        while not future.done():
-            if time.monotonic() > deadline:
-                future.cancel()
-                raise ActionError(f"the memory node {self.node_name} did not answer {tool} within {self.timeout:g} s;"
-                                  " it may still complete it, so look before storing or starting anything again")
-            time.sleep(0.005)
+        answered = threading.Event()
+        future.add_done_callback(lambda _: answered.set())
+        if not answered.wait(self.timeout):
+            future.cancel()
+            raise ActionError(f"the memory node {self.node_name} did not answer {tool} within {self.timeout:g} s;"
+                              " it may still complete it, so look before storing or starting anything again")
         response = future.result()
         if response is None:
             raise ActionError(f"the memory node {self.node_name} gave no answer to {tool}")

@@ -158,7 +158,7 @@ class EmosClient:
         while not future.done():
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what}: no answer within {timeout:g} s")
-            time.sleep(0.02)
+            time.sleep(0.001)
         return future.result()
 
     def task(self, text: str, timeout: float = 60.0) -> TaskResult:
