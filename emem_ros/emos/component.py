@@ -44,6 +44,7 @@ from emem_ros.emos.datatypes import register as register_datatypes
 from emem_ros.emos.local import LocalMemory
 from emem_ros.emos.params import flat_params, layer_name
 from emem_ros.emos.proxy import NodeMemory
+from emem_ros.ros.params import parse_params
 from emem_ros.ros.runtime import intake_report
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class Memory(Component):
         defaults = type(self.config)()
         self._flat = flat_params(layers, self.config._position, self.config, self.trig_source, self._emem_params,
                                  config_defaults=defaults)
+        parse_params(self._flat)  # a bad emem_params value or layer fails the recipe here, naming the parameter
         for name, callback in self.callbacks.items():
             handler = self._on_odometry if name == self.position.name else self._on_layer_message  # type: ignore[union-attr]
             callback.on_callback_execute(handler, get_processed=False)
@@ -117,9 +119,9 @@ class Memory(Component):
         return float(self.get_clock().now().nanoseconds) * 1e-9
 
     def _on_layer_message(self, msg: Any, topic: Any, **_: Any) -> None:
-        backend = self._backend
-        if isinstance(backend, LocalMemory):
-            backend.on_message(self._layer_of[topic.name], msg, self._now())  # never raises; counts and logs
+        backend, layer = self._backend, self._layer_of.get(getattr(topic, "name", ""))
+        if isinstance(backend, LocalMemory) and layer is not None:
+            backend.on_message(layer, msg, self._now())  # never raises; counts and logs
 
     def _on_odometry(self, msg: Any, **_: Any) -> None:
         backend = self._backend
@@ -194,9 +196,11 @@ class Memory(Component):
             return response
         try:
             arguments = json.loads(request.kwargs_json) if request.kwargs_json.strip() else {}
-            answer = self._act(name, arguments)
         except ValueError as exc:
             response.success, response.error_msg = False, f"the arguments of {name} are not valid JSON ({exc})"
+            return response
+        try:
+            answer = self._act(name, arguments)
         except ActionError as exc:
             response.success, response.error_msg = False, str(exc)
         except Exception as exc:  # the planner gets an answer, whatever broke; the component keeps serving

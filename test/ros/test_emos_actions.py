@@ -95,3 +95,19 @@ def test_register_tools_on_a_plain_llm_component() -> None:
         memory.register_tools_on(llm, tools=["store"])
     memory.register_tools_on(llm)
     assert len(registered) == 2 + 10
+
+
+def test_a_bad_recipe_fails_where_it_is_written() -> None:
+    from agents.ros import MemLayer, Topic
+
+    from emem_ros.ros.params import ParamError
+
+    position = Topic(name="odom", msg_type="Odometry")
+    scene = [MemLayer(subscribes_to=Topic(name="scene", msg_type="String"))]
+    with pytest.raises(ParamError, match="embedding.backend must be one of"):
+        OurMemory(layers=scene, position=position, component_name="m1", emem_params={"embedding.backend": "nope"})
+    with pytest.raises(TypeError, match="must be one of"):
+        OurMemory(layers=[MemLayer(subscribes_to=Topic(name="camera", msg_type="Image"))], position=position,
+                  component_name="m2")
+    with pytest.raises(TypeError, match="needs layers and a position topic"):
+        OurMemory(component_name="m3")

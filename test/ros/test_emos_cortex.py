@@ -248,3 +248,21 @@ def test_their_message_types_go_through_the_ingest_path(form: Form) -> None:
         metadata = json.loads(eg.query(form.db, "SELECT o.metadata FROM observations o JOIN texts t "
                                                 "ON t.id = o.text_id WHERE t.text = 'green bottle'")[0][0])
         assert metadata["bbox"] == {"center": [30.0, 50.0], "size": [40.0, 60.0]} and metadata["score"] == 0.8
+
+
+def test_a_bad_call_from_the_planner_reaches_it_as_cortex_shows_errors(form: Form) -> None:
+    def planner(request: dict[str, Any]) -> dict[str, Any]:
+        results = tool_results(request)
+        if not results:
+            return tool_call("memory.locate", where="red mug")  # the model got the argument's name wrong
+        if len(results) == 1:
+            return tool_call("memory.locate", concept=MUG)  # ... and corrects itself from the answer
+        return text(f"The red mug: {results[-1]}")
+
+    form.ollama.script(planner)
+    result = form.client.task("Where is the red mug?")
+    assert result.success, result.feedback
+    first, second = tool_results(form.ollama.chats[-1])
+    assert first.startswith("Error: memory.locate failed with error: locate has no argument 'where'"), first
+    assert "Its arguments are: concept" in first
+    assert eg.place_in(second) is not None and eg.place_in(result.final) == eg.place_in(second)
