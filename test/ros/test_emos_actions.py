@@ -34,6 +34,23 @@ OURS_ADDS = {
 }
 """Optional arguments our actions take beyond EmbodiedAgents' (their retrieval schemas come from eMEM)."""
 
+EMEM_SCHEMAS = {
+    "semantic_search": (["query", "n_results", "layer", "time_after", "time_before", "near_x", "near_y",
+                         "spatial_radius", "episode_id"], ["query"]),
+    "spatial_query": (["x", "y", "z", "radius", "layer", "time_after", "time_before", "n_results"], ["x", "y"]),
+    "temporal_query": (["time_after", "time_before", "last_n_minutes", "layer", "near_x", "near_y", "spatial_radius",
+                        "order", "n_results"], []),
+    "episode_summary": (["episode_id", "task_name", "last_n"], []),
+    "get_current_context": (["radius", "include_recent_minutes"], []),
+    "search_gists": (["query", "n_results", "time_after", "time_before"], ["query"]),
+    "entity_query": (["name", "entity_type", "near_x", "near_y", "spatial_radius", "last_seen_after", "n_results"], []),
+    "locate": (["concept", "n_results", "layer", "time_after", "time_before"], ["concept"]),
+    "recall": (["query", "n_results", "radius_multiplier"], ["query"]),
+    "body_status": (["layers"], []),
+}
+"""eMEM 0.3.0's ``emem.tools.TOOL_SCHEMAS`` (argument names, required), read from its wheel on PyPI: what
+EmbodiedAgents' Memory declares for its ten retrieval actions when eMEM is installed (without it, stubs)."""
+
 
 def declared(cls: type) -> dict[str, dict[str, Any]]:
     """Action name -> phase, schema properties, required, and the Python parameters (as Cortex sees them)."""
@@ -111,3 +128,14 @@ def test_a_bad_recipe_fails_where_it_is_written() -> None:
                   component_name="m2")
     with pytest.raises(TypeError, match="needs layers and a position topic"):
         OurMemory(component_name="m3")
+
+
+def test_the_retrieval_arguments_are_emems() -> None:
+    ours = declared(OurMemory)
+    theirs = declared(TheirMemory)
+    assert set(EMEM_SCHEMAS) == {n for n, d in theirs.items() if d["phase"] != "execution"}
+    for name, (properties, required) in EMEM_SCHEMAS.items():
+        assert set(properties) <= ours[name]["properties"], name
+        assert ours[name]["required"] == set(required), name
+    assert ours["body_status"]["properties"] - {"layers"} == {"at_time", "below", "above", "time_after",
+                                                              "time_before", "n_results"}
