@@ -151,3 +151,41 @@ def test_their_constructor_arguments_become_node_parameters_that_validate() -> N
     assert layer_name("2d/boxes") == "layer_2d_boxes"
     IngestPipeline(object(), params)  # the one ingest path takes them as they are
     json.dumps(flat)
+
+
+# ---------------------------------------------------------------------- the memory in the component's process
+def test_local_memory_ingests_through_the_pipeline_and_places_notes_at_the_robot(tmp_path: Any) -> None:
+    from emem_ros.emos.local import LocalMemory
+    from test.test_pose_history import T0, odometry
+
+    flat = {"db_path": str(tmp_path / "m.db"), "embedding.backend": "hashing", "layer_names": ["scene"],
+            "layers.scene.topic": "/scene", "layers.scene.msg_type": "std_msgs/msg/String",
+            "consolidation_period": 0.0, "archive_period": 0.0, "maintenance_process": False, "flush_interval": 0.0}
+    clock = [T0 + 1.0]
+    local = LocalMemory.open(flat, lambda: clock[0], warn=lambda message: None)
+    try:
+        for k in range(3):
+            assert local.on_odometry(odometry(T0 + k, 2.0 + k, 3.0), T0 + k)
+        caption = SimpleNamespace(data="a kettle on the stove")
+        assert local.store_latest({"scene": caption}, T0 + 1.0) == 1
+        row = local.memory.store.reader().execute("SELECT x, y FROM observations WHERE layer = 'scene'").fetchone()
+        assert row == pytest.approx((3.0, 3.0))  # the robot's pose at the caption's time
+        registry = acts.action_registry(local.handler_for, lambda: "")
+        clock[0] = T0 + 2.0
+        note = acts.run_action(registry, "store_specific_memory", {"content": "the kettle is new"})
+        assert "at (4.0, 3.0" in note  # no coordinates given: the robot's position now
+        with pytest.raises(KeyError):
+            local.handler_for("no_such_tool")
+    finally:
+        local.close()
+
+
+def test_local_memory_refuses_a_fleet_it_would_not_sync(tmp_path: Any) -> None:
+    from emem_ros.core.errors import InvalidInputError
+    from emem_ros.emos.local import LocalMemory
+
+    flat = {"db_path": str(tmp_path / "m.db"), "embedding.backend": "hashing", "fleet.url": "postgresql://x@h/db",
+            "fleet.robot_id": "r1"}
+    with pytest.raises(InvalidInputError, match="proxy_to"):
+        LocalMemory.open(flat, lambda: 0.0, warn=lambda message: None)
+    assert not (tmp_path / "m.db").exists()

@@ -220,14 +220,9 @@ class Memory(Component):
             flushed = backend.flush()
             return (f"Every layer message is stored as it arrives; {flushed} buffered observation(s) were written "
                     "now and everything received is searchable.")
-        stored = 0
-        now = self._now()
-        for topic, layer in self._layer_of.items():
-            msg = self.callbacks[topic].msg if topic in self.callbacks else None
-            if msg is not None:
-                stored += len(backend.on_message(layer, msg, now).ids)
-        backend.flush()
-        return f"Stored {stored} observation(s) from the latest message of each of {len(self._layer_of)} layer(s)."
+        latest = {layer: getattr(self.callbacks.get(topic), "msg", None) for topic, layer in self._layer_of.items()}
+        stored = backend.store_latest(latest, self._now())
+        return f"Stored {stored} observation(s) from the latest message of each of {len(latest)} layer(s)."
 
     # ------------------------------------------------------------------ inspection (Cortex reads it)
     def inspect_component(self) -> str:

@@ -92,6 +92,14 @@ class LocalMemory:
 
         return store_note
 
+    def store_latest(self, latest: dict[str, Any], receive_time: float) -> int:
+        """The latest message of each layer through the ingest path now, then stored (EmbodiedAgents' ``store``
+        with auto_store off); how many observations that made."""
+        stored = sum(len(self.on_message(layer, msg, receive_time).ids) for layer, msg in latest.items()
+                     if msg is not None)
+        self.flush()
+        return stored
+
     def resolve_time(self, value: Any) -> Optional[float]:
         resolved: Optional[float] = self.memory.resolve_time(value)
         return resolved
