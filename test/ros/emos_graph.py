@@ -196,6 +196,7 @@ class EmosClient:
         while publisher.get_subscription_count() == 0:
             assert time.monotonic() < deadline, f"nobody subscribes to {topic}"
             time.sleep(0.05)
+        time.sleep(0.5)  # the subscriber may match this publisher a little after the publisher matched it
         for msg in messages:
             publisher.publish(msg)
             time.sleep(0.02)
