@@ -86,6 +86,9 @@ class Memory(Component):
         self._emem_params = dict(emem_params or {})
         self._backend: Union[LocalMemory, NodeMemory, None] = None
         self._backend_lock = threading.Lock()
+        self._emem_subscriptions: list[Any] = []
+        """Subscriptions of our own (TF, camera info) next to EmbodiedAgents' layer callbacks."""
+        self._emem_timers: list[Any] = []
         self._registry: Any = None
         super().__init__(None, None, self.config, trigger, component_name, **kwargs)
         self.layers_dict: dict[str, MemLayer] = {}
@@ -166,10 +169,42 @@ class Memory(Component):
                                        embedding_client=self.embedding_client, model_client=self.model_client)
         self._registry = acts.action_registry(backend.handler_for, self._store_now)
         self._backend = backend
+        if isinstance(backend, LocalMemory):
+            self._subscribe_transforms_and_cameras(backend)
+
+    def _subscribe_transforms_and_cameras(self, backend: LocalMemory) -> None:
+        """What the node also subscribes: /tf and /tf_static (``fixed_frame``), the layers' CameraInfo topics."""
+        from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+        from emem_ros.ros.camera import CAMERA_INFO_TYPE
+        from emem_ros.ros.msgtypes import resolve_type
+        from emem_ros.ros.runtime import MIN_TF_TICK, TF_TYPE
+
+        params = backend.params
+        if params.fixed_frame:  # tf2_ros's listener QoS: /tf volatile, /tf_static transient local (latched)
+            tf_type = resolve_type(TF_TYPE)
+            for topic, static in ((params.tf_topic, False), (params.tf_static_topic, True)):
+                qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL if static else DurabilityPolicy.VOLATILE)
+                self._emem_subscriptions.append(self.create_subscription(
+                    tf_type, topic, lambda msg, static=static: backend.on_tf(msg, static, self._now()), qos))
+            if params.tf_timeout > 0:
+                self._emem_timers.append(self.create_timer(max(MIN_TF_TICK, params.tf_timeout / 2.0),
+                                                      lambda: backend.expire(self._now())))
+        for topic in sorted({spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}):
+            self._emem_subscriptions.append(self.create_subscription(
+                resolve_type(CAMERA_INFO_TYPE), topic, lambda msg, topic=topic: backend.on_camera_info(topic, msg), 10))
 
     def _close(self) -> None:
         with self._backend_lock:
             backend, self._backend = self._backend, None
+            extras, timers = self._emem_subscriptions, self._emem_timers
+            self._emem_subscriptions, self._emem_timers = [], []
+        for entity in (*timers, *extras):
+            try:
+                (self.destroy_timer if entity in timers else self.destroy_subscription)(entity)
+            except Exception:  # the context may be shut down already: the process is ending
+                pass
         if isinstance(backend, LocalMemory):
             self.get_logger().info(intake_report(backend.pipeline.counts()))  # as the memory node reports it
         if backend is not None:

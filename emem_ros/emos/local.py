@@ -74,6 +74,17 @@ class LocalMemory:
     def on_odometry(self, msg: Any, receive_time: float) -> bool:
         return self.pipeline.on_odometry(msg, receive_time)
 
+    def on_tf(self, msg: Any, static: bool, receive_time: float) -> int:
+        """A TFMessage (``fixed_frame`` set): drafts waiting for it are placed."""
+        return self.pipeline.on_tf(msg, static=static, receive_time=receive_time)
+
+    def on_camera_info(self, topic: str, msg: Any) -> bool:
+        return self.pipeline.on_camera_info(topic, msg)
+
+    def expire(self, now: float) -> int:
+        """Store the drafts that waited ``tf_timeout`` for their transform."""
+        return self.pipeline.expire(now)
+
     def handler_for(self, tool: str) -> Handler:
         """Run one of the memory's tools with checked arguments (our names); notes default to the robot's pose."""
         spec = self.memory.tools.registry.get(tool)
@@ -109,4 +120,8 @@ class LocalMemory:
         return flushed
 
     def close(self) -> None:
-        self.memory.close()
+        """Store what waits for a transform (none will come), then close the memory (final flush)."""
+        try:
+            self.pipeline.finish()
+        finally:
+            self.memory.close()

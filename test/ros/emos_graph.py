@@ -32,12 +32,15 @@ STARTUP = 90.0
 
 
 class Recipe:
-    def __init__(self, folder: Path, port: int, db: Path, proxy_to: str = "", tag: str = "recipe") -> None:
+    def __init__(self, folder: Path, port: int, db: Path, proxy_to: str = "", tag: str = "recipe",
+                 fixed_frame: str = "") -> None:
         self.log_path = folder / f"{tag}.log"
         self._log = open(self.log_path, "w")
         command = [sys.executable, str(HERE / "emos_recipe.py"), "--port", str(port), "--db", str(db)]
         if proxy_to:
             command += ["--proxy-to", proxy_to]
+        if fixed_frame:
+            command += ["--fixed-frame", fixed_frame]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "RCUTILS_COLORIZED_OUTPUT": "0",
                "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -70,9 +73,9 @@ class Recipe:
 
 
 def play_part(until: Callable[[], bool], *, rate: float = 10.0, start_offset: float = 0.0,
-              timeout: float = 30.0) -> float:
-    """Play the bag's BAG_TOPICS from ``start_offset`` until ``until()`` holds; wall seconds it played."""
-    command = ["ros2", "bag", "play", str(BAG), "-r", str(rate), "--topics", *BAG_TOPICS]
+              timeout: float = 30.0, bag: Path = BAG, topics: tuple[str, ...] = BAG_TOPICS) -> float:
+    """Play the bag's ``topics`` from ``start_offset`` until ``until()`` holds; wall seconds it played."""
+    command = ["ros2", "bag", "play", str(bag), "-r", str(rate), "--topics", *topics]
     if start_offset:
         command += ["--start-offset", str(start_offset)]
     player = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -213,8 +216,8 @@ def answer_json(response: Any) -> Any:
     return json.loads(response.response_json) if response.response_json else None
 
 
-def ground_truth(name: str) -> tuple[float, float]:
-    for item in json.loads(GROUND_TRUTH.read_text())["objects"]:
+def ground_truth(name: str, path: Path = GROUND_TRUTH) -> tuple[float, float]:
+    for item in json.loads(path.read_text())["objects"]:
         if item["name"] == name:
             return float(item["position"][0]), float(item["position"][1])
     raise KeyError(name)

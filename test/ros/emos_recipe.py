@@ -2,10 +2,10 @@
 
 Its only difference from a recipe with EmbodiedAgents' own Memory is the import
 line (and ``emem_params``: the hashing embedder, so no model files are needed,
-and the odometry frame the bag's 3-D detections are in). With ``--proxy-to``
+and the frame: the odometry's, or ``--fixed-frame`` through TF). With ``--proxy-to``
 the Memory forwards to a running emem_ros memory node instead.
 
-Usage: python emos_recipe.py --port OLLAMA_PORT --db FILE [--proxy-to /emem/memory]
+Usage: python emos_recipe.py --port OLLAMA_PORT --db FILE [--proxy-to /emem/memory | --fixed-frame map]
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--db", required=True)
     parser.add_argument("--proxy-to", default="")
+    parser.add_argument("--fixed-frame", default="", help="place observations in this frame through TF")
     args = parser.parse_args()
+    frames = {"fixed_frame": args.fixed_frame} if args.fixed_frame else {"frame_id": "odom"}
 
     if args.proxy_to:
         memory = MemoryProxy(component_name="memory", node=args.proxy_to)
@@ -41,7 +43,7 @@ def main() -> None:
             config=MemoryConfig(db_path=args.db),
             trigger=1.0,
             component_name="memory",
-            emem_params={"embedding.backend": "hashing", "frame_id": "odom"},
+            emem_params={"embedding.backend": "hashing", **frames},
         )
     planner = OllamaClient(OllamaModel(name="planner", checkpoint="scripted-planner:latest"),
                            host="127.0.0.1", port=args.port, inference_timeout=30)
