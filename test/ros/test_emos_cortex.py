@@ -60,9 +60,9 @@ def client() -> Iterator[eg.EmosClient]:
     node.close()
 
 
-def _fill(db: Path, started: float = 0.0) -> None:
-    """The first ~45 s of the patrol (the kitchen, 10+ sightings of the red mug in 3-D) played in."""
-    eg.play_part(lambda: eg.sightings(db, MUG, "detections_3d") >= 10 and eg.query(
+def _fill(db: Path) -> None:
+    """The first ~35 s of the patrol (the kitchen, 6+ sightings of the red mug in 3-D) played in."""
+    eg.play_part(lambda: eg.sightings(db, MUG, "detections_3d") >= 6 and eg.query(
         db, "SELECT 1 FROM observations WHERE layer = 'battery' LIMIT 1") != [])
     assert eg.sightings(db, MUG, "detections_3d") >= 3, "the bag's 3-D detections did not reach the memory"
 
@@ -114,7 +114,7 @@ def test_b_action_task_is_one_episode_with_what_was_seen(form: Form) -> None:
     def planner(request: dict[str, Any]) -> dict[str, Any]:
         if is_confirmation(request):
             if "Next action: memory.end_episode" in str(request["messages"][-1]["content"]):
-                time.sleep(3.0)  # the patrol goes on: the bag plays into the open episode
+                time.sleep(1.5)  # the patrol goes on: 15 s of the bag play into the open episode
             return text("EXECUTE")
         done = called(request)
         if "memory.body_status" not in done:
