@@ -11,9 +11,9 @@ action, bad JSON, wrong type, missing argument, NaN) is answered
 ``success=false`` with a sentence saying what was wrong, and the component
 keeps serving.
 
-Glue only: layer and odometry messages go to the ``IngestPipeline`` (the
-node's ingest path), actions to the memory's tools or to the node's
-``~/call_tool``.
+Glue only: layer, odometry, TF (``fixed_frame``) and camera-info messages go
+to the ``IngestPipeline`` (the node's ingest path), actions to the memory's
+tools or to the node's ``~/call_tool``.
 """
 
 from __future__ import annotations
