@@ -45,6 +45,7 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ "$script" -nt "$stamp" ]
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install --quiet 'numpy>=1.22,<2' 'hnswlib>=0.8' 'rtree>=1.1' 'scipy>=1.8' \
     'PyYAML>=5.4' 'ollama>=0.4' 'rosbags>=0.10' 'tqdm>=4.60' 'pytest>=7,<8' 'pytest-timeout>=2'
+  "$venv/bin/python" -m pip install --quiet -r "$shared/emos-requirements.txt"  # EmbodiedAgents' deps (test_emos_*)
   touch "$stamp"
 fi
 # shellcheck disable=SC1091

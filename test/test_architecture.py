@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "emem_ros"
-FRONT_ENDS = ("emem_ros.ros", "emem_ros.cli", "emem_ros.replay", "emem_ros.viz", "emem_ros.fleet")
+FRONT_ENDS = ("emem_ros.ros", "emem_ros.cli", "emem_ros.replay", "emem_ros.viz", "emem_ros.fleet", "emem_ros.emos")
 """Above the facade: they build or serve a Memory."""
 
 

@@ -20,3 +20,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "/test/ros/" in str(item.path).replace("\\", "/"):
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "humble_only: needs what only the Humble overlay has (EmbodiedAgents' Cortex); "
+                                       "a Jazzy run leaves these tests out")

@@ -13,6 +13,14 @@ import threading
 from typing import Any, Optional
 
 from emem_ros.ingest.drafts import ObservationDraft
+from emem_ros.ros.adapters.agents_msgs import (
+    DETECTIONS_2D,
+    DETECTIONS_MULTI,
+    STREAMING_STRING,
+    adapt_detections2d,
+    adapt_detections_multi,
+    adapt_streaming_string,
+)
 from emem_ros.ros.adapters.base import (
     DEFAULT_MAX_TEXT_LENGTH,
     Adapter,
@@ -42,6 +50,9 @@ _ADAPTERS: dict[str, Adapter] = {
     "vision_msgs/msg/Detection2DArray": adapt_detection2d_array,
     "vision_msgs/msg/Detection3DArray": adapt_detection3d_array,
     "diagnostic_msgs/msg/DiagnosticArray": adapt_diagnostics,
+    DETECTIONS_2D: adapt_detections2d,  # EmbodiedAgents' Vision component
+    DETECTIONS_MULTI: adapt_detections_multi,
+    STREAMING_STRING: adapt_streaming_string,  # EmbodiedAgents' LLM / VLM output
 }
 _LOCK = threading.Lock()
 _MALFORMED = (AttributeError, TypeError, ValueError, IndexError, KeyError, OverflowError)
