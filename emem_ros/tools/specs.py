@@ -171,7 +171,8 @@ TOOLS: tuple[ToolDef, ...] = (
             "of the name (also matched by meaning), type, place or recency. If none are tracked yet, use "
             "semantic_search or locate."),
         parameters=_obj({
-            "name": _p("string", "Part of the name, case-insensitive, e.g. 'chair', 'alice'."),
+            "name": _p("string", "Part of the name, case-insensitive, e.g. 'chair', 'alice'; names that mean "
+                                 "nearly the same also match (cup for mug: cosine >= 0.6), unrelated ones never."),
             "entity_type": _p("string", "Type, e.g. 'furniture', 'person', 'landmark'."),
             "near_x": NEAR_X, "near_y": NEAR_Y,
             "spatial_radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).", **DISTANCE),
