@@ -32,7 +32,7 @@ def test_query_into_a_closed_pipe_ends_quietly(tmp_path):
     db = _filled(tmp_path / "m.db", HashingEmbeddingProvider())
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "emem_ros.cli.main", "query", str(db), "temporal_query",
-                                "n_results=100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+                                "n_results=100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # like `head` gone before the answer is printed
     err = process.stderr.read().decode()
