@@ -35,6 +35,7 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.types import NodeKind, make_id, rounded
+from emem_ros.engine.positions import ROBOT, ROBOT_SOURCE, infer_layer
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE
 from emem_ros.tools import placement as placing
@@ -208,17 +209,29 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence", masks: dict[str, np.ndarra
         for obs in evidence.last_obs[masks[layer]][:SAMPLE_PER_LAYER].tolist():
             sample[int(obs)] = layer
     seen: dict[str, list[tuple[bool, bool, object]]] = {layer: [] for layer in layers}
+    said = {layer: False for layer in layers}
     for obs, (source, ray, view_range) in sorted(env.obs_kinds.get(env.store.reader(), list(sample)).items()):
-        seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
+        seen[sample[obs]].append((source == ROBOT_SOURCE, ray == "array", view_range))
+        said[sample[obs]] = said[sample[obs]] or source is not None
     kinds = {}
     conn = env.store.reader()
     for layer, rows in seen.items():
         ranges = [r for _, _, r in rows if isinstance(r, (int, float)) and r > 0]
-        robot = any(r for r, _, _ in rows)
+        robot = any(r for r, _, _ in rows) or (not said[layer] and _unsaid_is_robot(env, conn, layer, ranges))
         rays = any(y for _, y, _ in rows) or (robot and layer_has_rays(env.store, conn, layer))
         kinds[layer] = _LayerKind(robot=robot, rays=rays,
                                   view_range=float(max(ranges)) if ranges else DEFAULT_VIEW_RANGE)
     return kinds
+
+
+def _unsaid_is_robot(env: ToolEnv, conn: Any, layer: str, ranges: list[Any]) -> bool:
+    """A layer whose sightings say nothing of their positions: its declaration, else what its data shows
+    (``engine.positions.infer``: robot pose unless it reported things at distinct places at one moment)."""
+    declared = env.engine.positions.get(layer)
+    meaning = declared.position_is if declared is not None else infer_layer(conn, layer)
+    if meaning == ROBOT and declared is not None and declared.view_range:
+        ranges.append(declared.view_range)
+    return meaning == ROBOT
 
 
 def _layer_masks(layer: np.ndarray) -> dict[str, np.ndarray]:

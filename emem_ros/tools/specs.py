@@ -272,6 +272,13 @@ ACTIONS: tuple[ToolDef, ...] = (
             "z": _p("number", "Z in metres (optional).", **COORDINATE),
             "layer_name": _p("string", "Layer to file it under.", default="agent_notes"),
             "metadata": _p("object", "Optional extra fields (a JSON object)."),
+            "position_is": _p("string", "What x, y are: 'thing' when they are where the thing itself is (a "
+                              "place you were told or measured), 'robot' when they are where you (the robot) "
+                              "stood when you perceived it. If you do not say, x, y is taken as where it was "
+                              "perceived from (the answer then allows view_range around it).",
+                              enum=["thing", "robot"]),
+            "view_range": _p("number", "With position_is 'robot': how far from x, y the thing may be, metres "
+                             "(default: the layer's, else 6).", **DISTANCE),
         }, ("text",)),
         time_params=(),
     ),
