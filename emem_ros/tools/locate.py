@@ -37,12 +37,13 @@ import numpy as np
 from emem_ros.core.types import NodeKind, make_id, rounded
 from emem_ros.engine.positions import ROBOT, ROBOT_SOURCE, infer_layer
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
-from emem_ros.geometry.uncertainty import COVERAGE
+from emem_ros.geometry.uncertainty import COVERAGE, Region
 from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
+from emem_ros.tools.pose_places import TrackEvidence
 from emem_ros.tools.ray_layers import layer_has_rays
 from emem_ros.tools.ray_reads import read_place_rays, read_rays
 from emem_ros.tools.reads import ToolContext
@@ -131,7 +132,13 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
         if len(robot.weight):
             placements += _from(placing.robot_placements(robot, lambda layer: kinds[layer].view_range, blur), robot)
     placements = placing.absorb(placements)
-    placing.finish(placements[: 1 + OTHER_PLACES])
+    track = TrackEvidence(env.store, concept, set(relevance))
+
+    def from_track(p: placing.Placement) -> Optional[Region]:
+        layers = sorted(set(p.source.layer[p.members].tolist())) if p.source is not None else []
+        return track.region(p, layers, max(kinds[layer].view_range for layer in layers)) if layers else None
+
+    placing.finish(placements[: 1 + OTHER_PLACES], from_track)
     if not placements:
         if hits:
             empty.evidence = text_hits(env.store, agg, ranked[:3])
