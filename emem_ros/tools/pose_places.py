@@ -92,6 +92,8 @@ class TrackEvidence:
                 if labels and not beside.isdisjoint(labels):
                     unseen.add(t)
         negative = np.fromiter((t in unseen for t in places.text_id.tolist()), dtype=bool, count=len(places))
+        if not negative.any():  # nothing says where it is not: every spot within view of the poses stays open
+            return None
         use = positive | negative
         cells = places.cx[use] * 1_000_003 + places.cy[use]  # one term per cell: its sightings of all texts
         _, index = np.unique(cells, return_inverse=True)
