@@ -121,9 +121,10 @@ from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
 from emem_ros.engine.positions import ROBOT, SAMPLE, infer, read_declarations
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.triangulation import Fix
-from emem_ros.geometry.uncertainty import MEASURED_FLOOR, circle_radius, pose_region
+from emem_ros.geometry.uncertainty import MEASURED_FLOOR, Region, circle_radius, pose_region
 from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked, marks
+from emem_ros.tools.pose_places import TrackEvidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine
@@ -307,6 +308,8 @@ class EntityState:
     """Compact rays of its camera sightings; they place it when no object position was measured."""
     view_range: float = 0.0
     """The farthest its robot-pose sightings may have been from the robot (0: not said)."""
+    track: Optional[Region] = None
+    """Robot-pose only: where the layer's track puts it (``tools.pose_places``), worked out at each write."""
 
     @property
     def best(self) -> Moments:
@@ -328,6 +331,8 @@ class EntityState:
     @property
     def position(self) -> Optional[np.ndarray]:
         placed = self.placed
+        if placed is None and self.track is not None and self.robot.mean is not None:
+            return np.array([self.track.centre[0], self.track.centre[1], float(self.robot.mean[2])])
         return placed if placed is not None else self.robot.mean
 
     @property
@@ -393,6 +398,8 @@ class EntityState:
         found = self.bearing_fix
         if found is not None:
             return found.radius()
+        if self.track is not None:
+            return self.track.radius
         if self.places:
             return pose_region(np.asarray(self.places), self.view_range or DEFAULT_VIEW_RANGE).radius
         return None
@@ -974,6 +981,10 @@ class EntityExtractor(EntityPlanner):
         """
         plan = EntityPlan(marks=marks, now=self.engine.now())
         for state in touched.values():
+            if state.object.w <= 0 and state.bearing_fix is None and state.places:
+                evidence = TrackEvidence(self.engine.store, state.name, set())
+                state.track = evidence.region(np.asarray(state.places, dtype=np.float64), [state.layer],
+                                              state.view_range or DEFAULT_VIEW_RANGE)
             pos = state.position
             x, y, z = (float(pos[0]), float(pos[1]), float(pos[2])) if pos is not None else (None, None, None)
             plan.entities.append([

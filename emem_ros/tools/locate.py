@@ -136,7 +136,7 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
 
     def from_track(p: placing.Placement) -> Optional[Region]:
         layers = sorted(set(p.source.layer[p.members].tolist())) if p.source is not None else []
-        return track.region(p, layers, max(kinds[layer].view_range for layer in layers)) if layers else None
+        return track.region(p.seen_from, layers, max(kinds[layer].view_range for layer in layers)) if layers else None
 
     placing.finish(placements[: 1 + OTHER_PLACES], from_track)
     if not placements:

@@ -24,8 +24,7 @@ import numpy as np
 from emem_ros.consolidation.rows import labels_of
 from emem_ros.geometry.pose_evidence import locate_from_poses
 from emem_ros.geometry.uncertainty import Region
-from emem_ros.tools.aggregate import texts_of
-from emem_ros.tools.placement import LINK, Placement
+from emem_ros.tools.placement import LINK
 
 _FILLER = re.compile(r"^(where\s+is|where's|find|locate|the|a|an|my|our|your)\s+")
 _WORD = re.compile(r"[a-z0-9][a-z0-9' -]*[a-z0-9]|[a-z0-9]")
@@ -59,8 +58,9 @@ class TrackEvidence:
         self.phrase, self.head = concept_words(concept)
         self.relevant = relevant
 
-    def region(self, placement: Placement, layers: Sequence[str], view_range: float) -> Optional[Region]:
-        seen_from = placement.seen_from
+    def region(self, seen_from: Optional[np.ndarray], layers: Sequence[str], view_range: float) -> Optional[Region]:
+        """Where the thing seen from the places ``seen_from`` (n, 2) is; None when the track says nothing
+        against any spot (then every spot within view of the poses stays possible: ``pose_region``)."""
         if seen_from is None or not len(seen_from) or not self.phrase:
             return None
         reach = 2.0 * view_range
@@ -70,7 +70,7 @@ class TrackEvidence:
                                                (float(hi[0]), float(hi[1])))
         if not len(places):
             return None
-        names = texts_of(self.store, set(places.text_id.tolist()))  # type: ignore[arg-type]
+        names = self.store.text_names.get(set(places.text_id.tolist()))  # type: ignore[attr-defined]
         said = {t: names.get(t, "").lower() for t in set(places.text_id.tolist())}
         named = {t for t, text in said.items() if mentions(text, self.phrase)}
         # Texts that name the concept; when none does (a concept no text words: 'something to sit on'), the
