@@ -203,7 +203,7 @@ def run(embedding: str, seeds: list[int], loops: int) -> list[str]:
             clock = [0.0]
             memory = Memory(config=MemoryConfig(db_path=os.path.join(tmp, f"house{seed}.db"), flush_interval=0.0,
                                                 index_save_interval=0.0),
-                            embedding_provider=provider, get_current_time=lambda: clock[0])
+                            embedding_provider=provider, get_current_time=lambda clock=clock: clock[0])
             try:
                 clock[0] = feed(memory, seed, loops) + 60.0
                 started = time.perf_counter()

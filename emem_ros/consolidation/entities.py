@@ -657,7 +657,7 @@ class EntityPlanner:
                 by_layer.setdefault(row.layer, []).append((row.stamp, row.x, row.y, row.text_id))
         self._robot_layers = {layer: said.position_is == ROBOT for layer, said in declared.items()}
         self._robot_layers.update({layer: infer(samples[-SAMPLE:]) == ROBOT for layer, samples in by_layer.items()})
-        self._vocabulary: tuple[str, ...] = ()
+        self._vocabulary = ()
         if self.summarizer is None and LayerKind.TEXT in kinds.values():
             labels = {label for r in rows if kinds.get(r.layer) is LayerKind.LABELS for label in detection_labels(r)}
             known = {n for (n,) in conn.execute("SELECT DISTINCT name FROM entities LIMIT 5000")}

@@ -42,8 +42,8 @@ from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
-from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.pose_places import TrackEvidence
+from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.ray_layers import layer_has_rays
 from emem_ros.tools.ray_reads import read_place_rays, read_rays
 from emem_ros.tools.reads import ToolContext
