@@ -164,13 +164,22 @@ def ask(memory: Any, seed: int) -> tuple[list[Answer], list[tuple[str, bool]]]:
     return answers, twins
 
 
-def entities(memory: Any, seed: int) -> list[tuple[str, float, int]]:
-    """Per object: distance to the nearest entity entity_query(name=...) lists (inf: none), and how many it lists."""
+def entities(memory: Any, seed: int) -> list[tuple[str, float, float]]:
+    """Per object: distance to the nearest entity entity_query(name=...) lists (inf: none), and the radius its
+    metadata states (nan: none)."""
+    import json
+
     out = []
+    conn = memory.store.reader()
     for name, _, position in truth():
         hits = [h for h in memory.tools.entity_query(name=name, n_results=20).hits if h.position is not None]
-        error = min((math.dist(h.position[:2], position) for h in hits), default=math.inf)
-        out.append((name, error, len(hits)))
+        if not hits:
+            out.append((name, math.inf, math.nan))
+            continue
+        best = min(hits, key=lambda h: math.dist(h.position[:2], position))
+        meta = conn.execute("SELECT metadata FROM entities WHERE id = ?", (int(best.id.split("-")[1]),)).fetchone()
+        radius = json.loads(meta[0] or "{}").get("radius", math.nan) if meta else math.nan
+        out.append((name, math.dist(best.position[:2], position), float(radius)))
     return out
 
 
@@ -196,7 +205,7 @@ def run(embedding: str, seeds: list[int], loops: int) -> list[str]:
         provider = make_embedder("auto")
     answers: list[Answer] = []
     twins: list[tuple[str, bool]] = []
-    found: list[tuple[str, float, int]] = []
+    found: list[tuple[str, float, float]] = []
     timings = []
     with tempfile.TemporaryDirectory(prefix="bench-house-") as tmp:
         for seed in seeds:
@@ -232,8 +241,11 @@ def run(embedding: str, seeds: list[int], loops: int) -> list[str]:
     lines.append(f"  twins both reported: {sum(ok for _, ok in twins)}/{len(twins)}"
                  + "".join(f"; NOT {what}" for what, ok in twins if not ok))
     with_entity = [e for _, e, _ in found if math.isfinite(e)]
+    stated = [(e, r) for _, e, r in found if math.isfinite(e) and not math.isnan(r)]
+    holds = f"{sum(e <= r for e, r in stated) / len(stated):.2f}" if stated else "-"
     lines.append(f"  entity_query name=<object>: {len(with_entity)}/{len(found)} objects have an entity of their name; "
-                 f"nearest one's error p50 {percentile(with_entity, 0.5):.2f} m, p90 {percentile(with_entity, 0.9):.2f} m")
+                 f"nearest one's error p50 {percentile(with_entity, 0.5):.2f} m, p90 {percentile(with_entity, 0.9):.2f} m; "
+                 f"its stated radius holds the object {holds}")
     worst = sorted(placed, key=lambda a: -a.error)[:5]
     lines.append("  worst: " + "; ".join(f"{a.name} (seed {a.seed}) {a.error:.1f} m, r {a.radius:.1f}" for a in worst))
     return lines
