@@ -104,10 +104,12 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
     found: dict[str, Entity] = {}
     scores: dict[str, float] = {}
     if name:
-        pattern = "%" + name.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        patterns = ["%" + form.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+                    for form in _forms(name)]
+        like = " OR ".join("e.name LIKE ? ESCAPE '\\'" for _ in patterns)
         rows = conn.execute(f"SELECT {columns} FROM entities e WHERE {' AND '.join(where)}"
-                            f" AND e.name LIKE ? ESCAPE '\\' ORDER BY {order} LIMIT ?",
-                            (*params, pattern, n)).fetchall()
+                            f" AND ({like}) ORDER BY {order} LIMIT ?",
+                            (*params, *patterns, n)).fetchall()
         for row in rows:
             entity = _entity(row)
             found[entity.id] = entity
@@ -138,6 +140,18 @@ def entities_near(env: ToolEnv, center: Optional[Position], radius: Optional[flo
     elif name:
         hits.sort(key=lambda h: -(h.score or 0.0))
     return hits[:n]
+
+
+def _forms(name: str) -> list[str]:
+    """The name as asked and, for a plural, its singular ("green sofas" also finds "green sofa")."""
+    text = name.strip()
+    forms = [text]
+    lower = text.lower()
+    for ending, replace in (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("ses", "s"), ("xes", "x"), ("s", "")):
+        if lower.endswith(ending) and len(text) > len(ending) + 2 and not lower.endswith("ss"):
+            forms.append(text[: len(text) - len(ending)] + replace)
+            break
+    return forms
 
 
 NAME_FLOOR = 0.6
