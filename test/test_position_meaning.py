@@ -56,6 +56,21 @@ def test_a_layer_nobody_declared_reads_as_the_robots_pose_unless_its_data_shows_
     posed = [(10.0, 2.0, 2.0, "chair"), (10.0, 2.0, 2.0, "table"), (11.0, 2.3, 2.0, "chair"), (11.0, 2.3, 2.0, "sofa")]
     assert infer(posed) == ROBOT
     assert infer([(float(i), 1.0, 1.0, "mug") for i in range(20)]) == ROBOT  # nothing tells: the reading that holds
+    # one thing at a time, but off the robot's known track (body readings, marked sightings) at those moments
+    track = [(float(i), 0.1 * i, 0.0) for i in range(40)]
+    assert infer([(float(i) + 0.2, 3.0, 2.0, "mug") for i in range(30)], track) == THING
+    assert infer([(float(i) + 0.2, 0.1 * i + 0.02, 0.0, "mug") for i in range(30)], track) == ROBOT
+
+
+def test_a_3d_layer_beside_a_marked_track_is_read_as_things_places(make_memory, clock):
+    memory = make_memory()
+    t = clock.now - 100
+    for i in range(30):
+        memory.add_body_state(f"battery {90 - i}%", "battery", x=0.2 * i, y=0.0, timestamp=t + i, value=90 - i)
+        memory.add("red mug", 4.0, 1.0, z=0.8, timestamp=t + i + 0.1, layer_name="objects3d")
+    memory.flush()
+    answer = memory.tools.locate("red mug")
+    assert answer.source == "measured" and answer.radius < 0.5
 
 
 def test_the_issues_probe_gets_a_true_radius_without_any_declaration(make_memory, clock):

@@ -655,8 +655,11 @@ class EntityPlanner:
         for row in rows:
             if row.layer not in declared and row.x is not None:
                 by_layer.setdefault(row.layer, []).append((row.stamp, row.x, row.y, row.text_id))
+        track = sorted((r.stamp, float(r.x), float(r.y)) for r in rows if r.x is not None and r.y is not None
+                       and (r.robot_pose or r.is_reading))
         self._robot_layers = {layer: said.position_is == ROBOT for layer, said in declared.items()}
-        self._robot_layers.update({layer: infer(samples[-SAMPLE:]) == ROBOT for layer, samples in by_layer.items()})
+        self._robot_layers.update({layer: infer(samples[-SAMPLE:], track) == ROBOT
+                                   for layer, samples in by_layer.items()})
         self._vocabulary = ()
         if self.summarizer is None and LayerKind.TEXT in kinds.values():
             labels = {label for r in rows if kinds.get(r.layer) is LayerKind.LABELS for label in detection_labels(r)}

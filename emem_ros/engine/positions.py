@@ -26,12 +26,13 @@ in full.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import sqlite3
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from emem_ros.core.errors import InvalidInputError
 
@@ -170,33 +171,72 @@ SAME_PLACE = 0.05
 """Metres: two sightings closer than this were made at one place."""
 
 
-def infer(samples: Iterable[tuple[float, Optional[float], Optional[float], Any]]) -> str:
-    """``THING`` when the layer, at one moment, reported different things at different places; else ``ROBOT``.
+ON_TRACK = 0.3
+"""Metres: an unmarked position this close to the robot's pose at that moment is the robot's."""
+AT_ONCE = 0.5
+"""Seconds: a robot pose this close in time is the robot's pose at that moment."""
+MIN_PAIRS = 10
 
-    ``samples``: (stamp, x, y, text) of a layer's observations. A detector
-    that gives objects' own positions reports the objects of one frame at
-    their places; one that is stored at the robot's pose reports them all
-    at one place. Without such a moment nothing tells the two apart, and
-    ``ROBOT`` is the reading whose radius holds either way.
+
+def infer(samples: Iterable[tuple[float, Optional[float], Optional[float], Any]],
+          track: Sequence[tuple[float, float, float]] = ()) -> str:
+    """``THING`` or ``ROBOT``: what an undeclared layer's positions are, from its own data.
+
+    ``samples``: (stamp, x, y, text) of a layer's observations; ``track``:
+    (stamp, x, y) of the robot's known poses (sightings marked as robot pose,
+    body readings), sorted by stamp.
+
+    1. A detector that gives things' own positions reports the things of one
+       frame at their places; one stored at the robot's pose reports them all
+       at one place: several things at one moment decide.
+    2. Else, positions that keep off the robot's track at the same moments
+       are things' own (a 3-D detector seeing one thing at a time); on it,
+       the robot's.
+    3. Without either, nothing tells the two apart, and ``ROBOT`` is the
+       reading whose radius holds either way.
     """
+    rows = [(float(stamp), float(x), float(y), text) for stamp, x, y, text in samples
+            if x is not None and y is not None]
     by_stamp: dict[float, list[tuple[float, float, Any]]] = {}
-    for stamp, x, y, text in samples:
-        if x is not None and y is not None:
-            by_stamp.setdefault(round(float(stamp), 3), []).append((float(x), float(y), text))
+    for stamp, x, y, text in rows:
+        by_stamp.setdefault(round(stamp, 3), []).append((x, y, text))
     apart = together = 0
-    for rows in by_stamp.values():
-        if len({text for _, _, text in rows}) < 2:
+    for group in by_stamp.values():
+        if len({text for _, _, text in group}) < 2:
             continue
-        x0, y0, _ = rows[0]
-        if all(math.hypot(x - x0, y - y0) <= SAME_PLACE for x, y, _ in rows[1:]):
+        x0, y0, _ = group[0]
+        if all(math.hypot(x - x0, y - y0) <= SAME_PLACE for x, y, _ in group[1:]):
             together += 1
         else:
             apart += 1
-    return THING if apart > together else ROBOT
+    if apart + together:
+        return THING if apart > together else ROBOT
+    if track:
+        stamps = [t for t, _, _ in track]
+        on = off = 0
+        for stamp, x, y, _ in rows:
+            at = bisect.bisect_left(stamps, stamp)
+            near = [k for k in (at - 1, at) if 0 <= k < len(track) and abs(stamps[k] - stamp) <= AT_ONCE]
+            if not near:
+                continue
+            k = min(near, key=lambda k: abs(stamps[k] - stamp))
+            if math.hypot(track[k][1] - x, track[k][2] - y) <= ON_TRACK:
+                on += 1
+            else:
+                off += 1
+        if on + off >= MIN_PAIRS:
+            return ROBOT if on >= off else THING
+    return ROBOT
 
 
 def infer_layer(conn: sqlite3.Connection, layer: str) -> str:
-    """``infer`` over a layer's newest ``SAMPLE`` positioned observations."""
+    """``infer`` over a layer's newest ``SAMPLE`` positioned observations and the robot's poses meanwhile."""
     rows = conn.execute("SELECT stamp, x, y, text_id FROM observations WHERE layer = ? AND x IS NOT NULL"
                         " ORDER BY stamp DESC LIMIT ?", (layer, SAMPLE)).fetchall()
-    return infer(rows)
+    if not rows:
+        return ROBOT
+    track = conn.execute(
+        "SELECT stamp, x, y FROM observations WHERE stamp BETWEEN ? AND ? AND x IS NOT NULL AND layer != ?"
+        " AND (source_type = 'interoception' OR metadata LIKE '%\"position_source\":\"odometry\"%')"
+        " ORDER BY stamp LIMIT 20000", (rows[-1][0] - AT_ONCE, rows[0][0] + AT_ONCE, layer)).fetchall()
+    return infer(rows, [(float(t), float(x), float(y)) for t, x, y in track])
