@@ -115,6 +115,8 @@ class Declarations:
         self._store = store
         self._lock = threading.Lock()
         self._layers = read_declarations(store.reader())
+        self._inferred: dict[str, tuple[str, int]] = {}
+        """Undeclared layers: (what their data showed, the newest observation id then)."""
 
     def get(self, layer: str) -> Optional[LayerPositions]:
         return self._layers.get(layer)
@@ -138,6 +140,22 @@ class Declarations:
                              (META_KEY, json.dumps({k: v.to_json() for k, v in sorted(layers.items())})))
             self._layers = layers
         return said
+
+    def meaning(self, conn: sqlite3.Connection, layer: str) -> tuple[str, Optional[float]]:
+        """(what the layer's unmarked positions are, its declared view range): its declaration, else
+        ``infer_layer`` (worked out again once the memory grew by a tenth, at least ``RECHECK`` observations)."""
+        said = self._layers.get(layer)
+        if said is not None:
+            return said.position_is, said.view_range
+        top = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0])
+        with self._lock:
+            known = self._inferred.get(layer)
+        if known is not None and top - known[1] < max(RECHECK, known[1] // 10):
+            return known[0], None
+        verdict = infer_layer(conn, layer)
+        with self._lock:
+            self._inferred[layer] = (verdict, top)
+        return verdict, None
 
     def mark(self, layer: str, metadata: Optional[dict[str, Any]], position_is: Any = None, view_range: Any = None
              ) -> Optional[dict[str, Any]]:
@@ -176,6 +194,8 @@ ON_TRACK = 0.3
 AT_ONCE = 0.5
 """Seconds: a robot pose this close in time is the robot's pose at that moment."""
 MIN_PAIRS = 10
+RECHECK = 2000
+"""New observations after which an undeclared layer's inference is worked out again."""
 
 
 def infer(samples: Iterable[tuple[float, Optional[float], Optional[float], Any]],

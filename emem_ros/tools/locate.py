@@ -35,7 +35,7 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.types import NodeKind, make_id, rounded
-from emem_ros.engine.positions import ROBOT, ROBOT_SOURCE, infer_layer
+from emem_ros.engine.positions import ROBOT, ROBOT_SOURCE
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE, Region
 from emem_ros.tools import placement as placing
@@ -234,10 +234,9 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence", masks: dict[str, np.ndarra
 def _unsaid_is_robot(env: ToolEnv, conn: Any, layer: str, ranges: list[Any]) -> bool:
     """A layer whose sightings say nothing of their positions: its declaration, else what its data shows
     (``engine.positions.infer``: robot pose unless it reported things at distinct places at one moment)."""
-    declared = env.engine.positions.get(layer)
-    meaning = declared.position_is if declared is not None else infer_layer(conn, layer)
-    if meaning == ROBOT and declared is not None and declared.view_range:
-        ranges.append(declared.view_range)
+    meaning, view_range = env.engine.positions.meaning(conn, layer)
+    if meaning == ROBOT and view_range:
+        ranges.append(view_range)
     return meaning == ROBOT
 
 
