@@ -61,6 +61,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from engines import machine_info, save_results  # noqa: E402
+from house_patrol import percentile  # noqa: E402
 
 BAGS = ROOT / "rosbags"
 WINDOW = 120.0
@@ -139,15 +140,6 @@ def ask(memory, case: str, truth: dict[str, Any], layer: Optional[str], with_win
                            for o in instances)
                 duplicates.append((f"{case}: {name} x{len(instances)}", both))
     return answers, duplicates
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    k = (len(ordered) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def table(answers: list[Answer]) -> list[str]:
