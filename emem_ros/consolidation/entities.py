@@ -657,9 +657,11 @@ class EntityPlanner:
                 by_layer.setdefault(row.layer, []).append((row.stamp, row.x, row.y, row.text_id))
         track = sorted((r.stamp, float(r.x), float(r.y)) for r in rows if r.x is not None and r.y is not None
                        and (r.robot_pose or r.is_reading))
-        self._robot_layers = {layer: said.position_is == ROBOT for layer, said in declared.items()}
-        self._robot_layers.update({layer: infer(samples[-SAMPLE:], track) == ROBOT
-                                   for layer, samples in by_layer.items()})
+        robot_layers = {layer: said.position_is == ROBOT for layer, said in declared.items()}
+        robot_layers.update({layer: infer(samples[-SAMPLE:], track) == ROBOT for layer, samples in by_layer.items()})
+        if any(self._robot_layers.get(layer, verdict) != verdict for layer, verdict in robot_layers.items()):
+            self._row_labels.clear()  # it remembers, per text and layer, whether the position is the robot's
+        self._robot_layers = {**self._robot_layers, **robot_layers}
         self._vocabulary = ()
         if self.summarizer is None and LayerKind.TEXT in kinds.values():
             labels = {label for r in rows if kinds.get(r.layer) is LayerKind.LABELS for label in detection_labels(r)}
