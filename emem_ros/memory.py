@@ -144,10 +144,23 @@ class Memory:
     def add(self, text: str, x: Optional[float] = None, y: Optional[float] = None, z: Optional[float] = 0.0,
             timestamp: Optional[float] = None, layer_name: str = "default", source_type: str = "manual",
             confidence: float = 1.0, metadata: Optional[dict[str, Any]] = None, embedding: Optional[np.ndarray] = None,
-            *, frame_id: Optional[str] = None, value: Optional[float] = None) -> str:
-        """Buffer one observation and return its id; x=y=None means 'position unknown'."""
+            *, frame_id: Optional[str] = None, value: Optional[float] = None, position_is: Optional[str] = None,
+            view_range: Optional[float] = None) -> str:
+        """Buffer one observation and return its id; x=y=None means 'position unknown'.
+
+        ``position_is``: 'thing' (x, y is where the thing itself is) or 'robot' (where the robot stood
+        when it perceived it, within ``view_range`` metres); unsaid, the layer's ``declare_layer``
+        holds, and with neither the position is read as where it was perceived from (docs/locate.md).
+        """
         return self.engine.add(text, x, y, z, timestamp, layer_name, source_type, confidence, metadata, embedding,
-                               frame_id=frame_id, value=value)
+                               frame_id=frame_id, value=value, position_is=position_is, view_range=view_range)
+
+    def declare_layer(self, layer: str, position_is: str, view_range: Optional[float] = None) -> None:
+        """Say once what a layer's positions mean: 'thing' or 'robot' (and how far it perceives, metres).
+
+        Kept in the memory file: every later ``add`` to the layer (and every process opening the file) reads it.
+        """
+        self.engine.declare_layer(layer, position_is, view_range)
 
     def add_body_state(self, text: str, layer_name: str, x: Optional[float] = None, y: Optional[float] = None,
                        z: Optional[float] = 0.0, timestamp: Optional[float] = None, confidence: float = 1.0,

@@ -24,7 +24,7 @@ def visit(memory, t0: float, robot: tuple[float, float], objects: dict[str, tupl
                        metadata={"class_id": label, "position_source": "odometry"})
             if three_d:
                 memory.add(label, x=ox, y=oy, z=0.8, timestamp=t0 + i, layer_name="objects3d",
-                           source_type="perception", metadata={"class_id": label})
+                           source_type="perception", metadata={"class_id": label}, position_is="thing")
     return t0 + seconds
 
 
@@ -147,17 +147,20 @@ class EntityLLM:
         return "A kitchen."
 
 
-def test_free_text_gives_entities_only_through_an_llm(tmp_path, clock):
+def test_free_text_gives_entities_by_name_without_an_llm_and_by_the_llm_with_one(tmp_path, clock):
     def scenes(memory):
         for i in range(40):
-            memory.add("a kitchen with a red mug on the table" if i % 2 else "an empty hallway",
+            memory.add("a kitchen with a red mug on the table" if i % 2 else "an empty hallway, no chair",
                        x=1.0, y=1.0, timestamp=clock.now + i, layer_name="scene")
         memory.flush()
         clock.now += 1000
 
     plain = open_memory(tmp_path / "plain.db", clock)
     scenes(plain)
-    assert plain.extract_entities().sightings == 0 and entities(plain) == []
+    assert plain.extract_entities().sightings == 2
+    found = {e["name"]: e for e in entities(plain)}
+    assert sorted(found) == ["mug", "table"]  # by name (text_things); "no chair" is not a sighting
+    assert found["mug"]["meta"]["position_source"] == "robot"  # a caption is perceived from where it was made
 
     llm = EntityLLM()
     smart = open_memory(tmp_path / "smart.db", clock, llm=llm)
@@ -173,7 +176,7 @@ def visit_many(memory, t0: float, robot: tuple[float, float], objects: list[tupl
     for i in range(seconds):
         for label, (ox, oy) in objects:
             memory.add(label, x=ox, y=oy, z=0.8, timestamp=t0 + i, layer_name="objects3d",
-                       source_type="perception", metadata={"class_id": label})
+                       source_type="perception", metadata={"class_id": label}, position_is="thing")
             if two_d:
                 memory.add(label, x=robot[0], y=robot[1], timestamp=t0 + i, layer_name="detections",
                            source_type="perception", metadata={"class_id": label, "position_source": "odometry"})

@@ -44,7 +44,7 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "body_status": ("layers", "at_time", "below", "above", "time_after", "time_before", "n_results"),
 }
 ACTIONS: dict[str, tuple[str, ...]] = {
-    "store_specific_memory": ("text", "x", "y", "z", "layer_name", "metadata_json"),
+    "store_specific_memory": ("text", "x", "y", "z", "layer_name", "metadata_json", "position_is", "view_range"),
     "start_episode": ("name", "parent_episode_id", "goal", "agent_id"),
     "end_episode": ("consolidate", "result", "reflection", "success"),
 }
@@ -92,7 +92,7 @@ REQUEST_TYPES: dict[str, str] = {
     "last_n_minutes": "float64", "include_recent_minutes": "float64", "radius_multiplier": "float64",
     "success": "int8", "layers": "string[]", "tags": "string[]", "consolidate": "bool",
     "at_time": "string", "below": "float64", "above": "float64", "read_only": "bool",
-    "ids": "string[]", "min_similarity": "float64", "dry_run": "bool",
+    "ids": "string[]", "min_similarity": "float64", "dry_run": "bool", "view_range": "float64",
 }
 
 # Field names that collide with a keyword of a generated language break the build

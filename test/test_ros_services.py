@@ -297,6 +297,21 @@ def test_store_specific_memory_positions(call, world):
     assert found.hits[0].id == placed.id and found.hits[0].source_type == "manual"
 
 
+def test_store_specific_memory_says_what_the_position_is(call, world):
+    """position_is / view_range: empty and 0 (a fresh request) are 'not said'; said, they are stored."""
+    seen = call("store_specific_memory", text="a mug seen from the doorway", x=4.0, y=0.5, layer_name="sightings",
+                position_is="robot", view_range=3.0)
+    assert seen.success, seen.message
+    assert world.memory.get_observation(seen.id).metadata == {"position_source": "odometry", "view_range": 3.0}
+    told = call("store_specific_memory", text="the charger is at the wall", x=1.0, y=0.5, layer_name="places",
+                position_is="thing")
+    assert world.memory.get_observation(told.id).metadata == {"position_source": "object"}
+    unsaid = call("store_specific_memory", text="a note", x=1.0, y=0.5, layer_name="places2")
+    assert world.memory.get_observation(unsaid.id).metadata == {}
+    wrong = call("store_specific_memory", text="a note", x=1.0, y=0.5, position_is="nearby")
+    assert not wrong.success and "thing, robot" in wrong.message
+
+
 @pytest.mark.parametrize("fields, words", [
     ({"text": ""}, "text"),
     ({"text": "a note", "metadata_json": "{not json"}, "metadata_json"),

@@ -29,9 +29,11 @@ def seen_from(memory, label, poses, start, layer="camera2d", view_range=5.0):
 
 
 def measured(memory, label, target, n, start, rng, layer="depth"):
+    """A depth camera's positions of the object itself: said so (unsaid, one object a moment reads as robot pose)."""
     for i in range(n):
         memory.add(label, x=target[0] + rng.normal(0, 0.03), y=target[1] + rng.normal(0, 0.03), z=0.8,
-                   timestamp=start + i, layer_name=layer, source_type="perception", metadata={"class_id": label})
+                   timestamp=start + i, layer_name=layer, source_type="perception", metadata={"class_id": label},
+                   position_is="thing")
 
 
 def walk(x0, y0, x1, y1, n):

@@ -17,19 +17,26 @@ NOW_CHOICES = "'latest' (the newest observation's time), 'wall' (this computer's
 
 def stored_model(db_path: Path) -> str:
     """The embedding model a memory file was built with (read without opening the memory)."""
+    return stored_embedder(db_path)[0]
+
+
+def stored_embedder(db_path: Path) -> tuple[str, int]:
+    """The embedding model a memory file was built with and its dimension (0: not recorded)."""
     if not db_path.is_file():
         raise StoreError(f"no memory file at {db_path}")
     try:
         conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
         try:
-            row = conn.execute("SELECT value FROM meta WHERE key='embedding_model'").fetchone()
+            rows = dict(conn.execute(
+                "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')").fetchall())
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{db_path} is not an emem_ros memory file: {exc}") from exc
-    if row is None:
+    if "embedding_model" not in rows:
         raise StoreError(f"{db_path} records no embedding model: is it an emem_ros memory file?")
-    return str(row[0])
+    dim = str(rows.get("embedding_dim", "0"))
+    return str(rows["embedding_model"]), int(dim) if dim.isdigit() else 0
 
 
 def latest_stamp(db_path: Path) -> Optional[float]:
@@ -62,7 +69,8 @@ def open_memory(db_path: str | Path, *, now: str = "latest", ollama_host: Option
     from emem_ros.memory import Memory  # not the lazy emem_ros.Memory: typed
 
     path = Path(db_path)
-    provider = provider_for_stored_model(stored_model(path), ollama_host)
+    model, dim = stored_embedder(path)
+    provider = provider_for_stored_model(model, ollama_host, dim, str(path))
     clock_value = resolve_now(path, now)
     settings = {"flush_interval": 0.0, "index_save_interval": 0.0, **config}
     return Memory(config=MemoryConfig(db_path=str(path), **settings), embedding_provider=provider,

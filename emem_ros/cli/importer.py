@@ -36,7 +36,8 @@ def handler(args: argparse.Namespace) -> int:
 
         memory = open_memory(db, now="wall", ollama_host=args.ollama_host)
     else:
-        memory = _new_memory(db, verify(source).header["embedding_model"], args.ollama_host)
+        header = verify(source).header
+        memory = _new_memory(db, header["embedding_model"], args.ollama_host, int(header["embedding_dim"]))
     try:
         report = memory.import_from(source)
     finally:
@@ -45,7 +46,7 @@ def handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def _new_memory(db: Path, model: str, ollama_host: Optional[str]) -> "Memory":
+def _new_memory(db: Path, model: str, ollama_host: Optional[str], dim: int = 0) -> "Memory":
     """An empty memory file that uses the export's embedding model."""
     import time
 
@@ -53,6 +54,6 @@ def _new_memory(db: Path, model: str, ollama_host: Optional[str]) -> "Memory":
     from emem_ros.embeddings.factory import provider_for_stored_model
     from emem_ros.memory import Memory  # not the lazy emem_ros.Memory: typed
 
-    provider = provider_for_stored_model(model, ollama_host)
+    provider = provider_for_stored_model(model, ollama_host, dim, str(db))
     return Memory(config=MemoryConfig(db_path=str(db), flush_interval=0.0, index_save_interval=0.0),
                   embedding_provider=provider, get_current_time=time.time)

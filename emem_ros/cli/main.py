@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -49,6 +50,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"emem {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `emem query ... | head`: the reader left; that is not an error of ours
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail on the closed pipe too."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (embedded): nothing left to flush into it
+        pass
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -115,13 +115,16 @@ from emem_ros.consolidation.offload import MaintenanceProcess, planned
 from emem_ros.consolidation.rows import LayerKind, ObsRow, RowMemo, classify_layers, detection_labels, fetch_rows
 from emem_ros.consolidation.state import ENTITY_MARKS, Marks, read_marks
 from emem_ros.consolidation.summaries import SummarizerLike
+from emem_ros.consolidation.text_things import HOUSEHOLD, names_in
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.types import EdgeKind, NodeKind, SourceType, make_id
+from emem_ros.engine.positions import ROBOT, SAMPLE, infer, read_declarations
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.triangulation import Fix
-from emem_ros.geometry.uncertainty import MEASURED_FLOOR, circle_radius, pose_region
+from emem_ros.geometry.uncertainty import MEASURED_FLOOR, Region, circle_radius, pose_region
 from emem_ros.storage.budget import TransactionBudget
 from emem_ros.storage.sqlutil import chunked, marks
+from emem_ros.tools.pose_places import TrackEvidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from emem_ros.engine import Engine
@@ -305,6 +308,8 @@ class EntityState:
     """Compact rays of its camera sightings; they place it when no object position was measured."""
     view_range: float = 0.0
     """The farthest its robot-pose sightings may have been from the robot (0: not said)."""
+    track: Optional[Region] = None
+    """Robot-pose only: where the layer's track puts it (``tools.pose_places``), worked out at each write."""
 
     @property
     def best(self) -> Moments:
@@ -326,6 +331,8 @@ class EntityState:
     @property
     def position(self) -> Optional[np.ndarray]:
         placed = self.placed
+        if placed is None and self.track is not None and self.robot.mean is not None:
+            return np.array([self.track.centre[0], self.track.centre[1], float(self.robot.mean[2])])
         return placed if placed is not None else self.robot.mean
 
     @property
@@ -391,6 +398,8 @@ class EntityState:
         found = self.bearing_fix
         if found is not None:
             return found.radius()
+        if self.track is not None:
+            return self.track.radius
         if self.places:
             return pose_region(np.asarray(self.places), self.view_range or DEFAULT_VIEW_RANGE).radius
         return None
@@ -532,7 +541,11 @@ class EntityPlanner:
         self.rows = rows
         """Rows a time-window pass already read (shared with it; None: read everything)."""
         self._text_names: OrderedDict[str, Optional[list[str]]] = OrderedDict()
-        self._row_labels: dict[tuple[str, Optional[str]], tuple[tuple[str, ...], bool]] = {}
+        self._row_labels: dict[tuple[str, Optional[str], str], tuple[tuple[str, ...], bool]] = {}
+        self._robot_layers: dict[str, bool] = {}
+        """Per layer of the step being planned: its unmarked positions are the robot's (``_meanings``)."""
+        self._vocabulary: tuple[str, ...] = ()
+        """Names looked for in free text when no LLM reads it (``text_things``)."""
         """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._llm_failures = 0
 
@@ -583,7 +596,9 @@ class EntityPlanner:
         if marks.stamp is not None and new_stamp is not None:
             new_stamp = max(new_stamp, marks.stamp)
         calls = EntityReport()
-        kinds = classify_layers([r for c in clusters for r in c])
+        rows = [r for c in clusters for r in c]
+        kinds = classify_layers(rows)
+        self._meanings(conn, rows, kinds)
         sightings_by_cluster = []
         for cluster in clusters:
             _let_questions_go(stop)
@@ -632,21 +647,59 @@ class EntityPlanner:
         out.sort(key=lambda s: (not s.precise, -len(s.observation_ids)))
         return out
 
+    def _meanings(self, conn: sqlite3.Connection, rows: Sequence[ObsRow], kinds: dict[str, LayerKind]) -> None:
+        """Per layer of the step, whether its unmarked positions are the robot's (``engine.positions``: its
+        declaration, else what its rows show); and the names free text is read for when no LLM reads it."""
+        declared = read_declarations(conn)
+        by_layer: dict[str, list[tuple[float, Optional[float], Optional[float], Any]]] = {}
+        for row in rows:
+            if row.layer not in declared and row.x is not None:
+                by_layer.setdefault(row.layer, []).append((row.stamp, row.x, row.y, row.text_id))
+        track = sorted((r.stamp, float(r.x), float(r.y)) for r in rows if r.x is not None and r.y is not None
+                       and (r.robot_pose or r.is_reading))
+        robot_layers = {layer: said.position_is == ROBOT for layer, said in declared.items()}
+        robot_layers.update({layer: infer(samples[-SAMPLE:], track) == ROBOT for layer, samples in by_layer.items()})
+        if any(self._robot_layers.get(layer, verdict) != verdict for layer, verdict in robot_layers.items()):
+            self._row_labels.clear()  # it remembers, per text and layer, whether the position is the robot's
+        self._robot_layers = {**self._robot_layers, **robot_layers}
+        self._vocabulary = ()
+        if self.summarizer is None and LayerKind.TEXT in kinds.values():
+            labels = {label for r in rows if kinds.get(r.layer) is LayerKind.LABELS for label in detection_labels(r)}
+            known = {n for (n,) in conn.execute("SELECT DISTINCT name FROM entities LIMIT 5000")}
+            self._vocabulary = tuple(sorted(labels | known | set(HOUSEHOLD)))
+
+    def _robot_pose(self, row: ObsRow) -> bool:
+        """Where the robot stood: marked so, or unmarked in a layer whose positions are the robot's."""
+        if row.robot_pose:
+            return True
+        meta = row.metadata_json
+        return (meta is None or '"position_source"' not in meta) and self._robot_layers.get(row.layer, False)
+
     def _plan(self, row: ObsRow, kinds: dict[str, LayerKind], groups: Groups, vague: dict[str, Sighting],
               place: Optional[tuple[float, float]]) -> Plan:
         """What rows like this one contribute: ``_SKIP``, ``_FREE_TEXT``, a tuple of labels (placed where
-        the object is) or, for robot-pose detections, the row lists of the sightings of their labels."""
+        the object is) or, for robot-pose detections, the row lists of the sightings of their labels.
+
+        Free text without an LLM: the things it names (``text_things``), perceived from where it was said.
+        """
         if row.source_type == _INTEROCEPTION:
             return _SKIP
         kind = kinds.get(row.layer)
         if kind is LayerKind.TEXT and self.summarizer is not None:
             return _FREE_TEXT
+        if kind is LayerKind.TEXT and self._vocabulary and row.x is not None:
+            names = tuple(names_in(row.text, self._vocabulary))
+            if not names:
+                return _SKIP
+            if not (row.robot_pose or '"position_source"' not in (row.metadata_json or "")):
+                return names  # a note placed where the thing itself is
+            return [self._vague(groups, vague, name, row, place).rows for name in names]
         if kind is not LayerKind.LABELS:
             return _SKIP
-        key = (row.text, row.metadata_json)
+        key = (row.text, row.metadata_json, row.layer)
         found = self._row_labels.get(key)
         if found is None:
-            found = self._row_labels[key] = (tuple(dict.fromkeys(detection_labels(row))), row.robot_pose)
+            found = self._row_labels[key] = (tuple(dict.fromkeys(detection_labels(row))), self._robot_pose(row))
         labels, robot_pose = found
         if not robot_pose:
             return labels
@@ -933,6 +986,10 @@ class EntityExtractor(EntityPlanner):
         """
         plan = EntityPlan(marks=marks, now=self.engine.now())
         for state in touched.values():
+            if state.object.w <= 0 and state.bearing_fix is None and state.places:
+                evidence = TrackEvidence(self.engine.store, state.name, set())
+                state.track = evidence.region(np.asarray(state.places, dtype=np.float64), [state.layer],
+                                              state.view_range or DEFAULT_VIEW_RANGE)
             pos = state.position
             x, y, z = (float(pos[0]), float(pos[1]), float(pos[2])) if pos is not None else (None, None, None)
             plan.entities.append([

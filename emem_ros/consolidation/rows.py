@@ -273,7 +273,7 @@ def _labels_from(text: str, meta: dict[str, Any]) -> list[str]:
                 names = [n.lower() for n in found if n]
                 if names:
                     return names
-    text = text.strip()
+    text = listed(text)
     if is_short_label(text):
         return [text.lower()]
     if "," in text:
@@ -281,6 +281,18 @@ def _labels_from(text: str, meta: dict[str, Any]) -> list[str]:
         if parts and all(is_short_label(p) for p in parts):
             return [p.lower() for p in parts]
     return []
+
+
+_HEAD = re.compile(r"^\s*([A-Za-z][A-Za-z ]{0,30}):\s*(\S.*)$", re.DOTALL)
+
+
+def listed(text: str) -> str:
+    """A detector's list without its heading: "detected: mug, stove" -> "mug, stove" (a heading is at most
+    three words before a colon); anything else unchanged (stripped)."""
+    found = _HEAD.match(text)
+    if found is not None and len(found.group(1).split()) <= _LABEL_WORDS:
+        return found.group(2).strip()
+    return text.strip()
 
 
 def has_class_metadata(row: ObsRow) -> bool:
@@ -322,7 +334,7 @@ def classify_layer(rows: Sequence[ObsRow]) -> LayerKind:
 
 
 def detection_labels_of_text(text: str) -> bool:
-    text = text.strip()
+    text = listed(text)
     if is_short_label(text):
         return True
     return "," in text and all(is_short_label(p) for p in text.split(","))

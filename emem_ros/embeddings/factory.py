@@ -7,9 +7,12 @@ can open any memory without being told which model built it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
-from emem_ros.core.errors import InvalidInputError
+import numpy as np
+
+from emem_ros.core.errors import EmemError, InvalidInputError
 from emem_ros.embeddings.base import EmbeddingProvider
 
 BACKENDS = ("auto", "onnx", "sentence_transformers", "ollama", "hashing")
@@ -51,15 +54,44 @@ def make_embedder(backend: str, model: str = "", host: Optional[str] = None) -> 
     raise InvalidInputError(f"unknown embedding backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
 
-def provider_for_stored_model(name: str, host: Optional[str] = None) -> EmbeddingProvider:
-    """The provider that made a file's vectors, from the name the file records."""
+def provider_for_stored_model(name: str, host: Optional[str] = None, dim: int = 0,
+                               where: str = "") -> EmbeddingProvider:
+    """The provider that made a file's vectors, from the name the file records.
+
+    A name none of the backends can load here (a caller's own embedder,
+    ``CallableEmbedding``, a model directory elsewhere) gives an
+    ``UnloadableEmbedder``: everything that needs no new vector still works,
+    and what does says in one sentence what built the memory and how to do it
+    from Python; nothing is looked up or downloaded by that name.
+    """
     if name.startswith("hashing-"):
         return make_embedder("hashing", name)
     if name.startswith("ollama:"):
         return make_embedder("ollama", name[len("ollama:"):], host)
     if name == MINILM:  # the torch and onnx backends give the same vectors (cosine >= 0.99)
         return make_embedder("auto", name)
-    return make_embedder("sentence_transformers", name)
+    if Path(name).is_dir():  # a sentence-transformers model directory on this computer
+        return make_embedder("sentence_transformers", name)
+    return UnloadableEmbedder(name, dim, where)
+
+
+class UnloadableEmbedder:
+    """Stands in for an embedder the command line cannot load: opening works, embedding says why not."""
+
+    def __init__(self, name: str, dim: int, where: str = "") -> None:
+        self.model_name = name
+        self._dim = dim
+        self._where = where or "memory.db"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        raise EmemError(
+            f"this memory was built with the embedder {self.model_name!r}, which the emem command cannot load; "
+            f"do it from Python with that embedder: Memory({self._where!r}, embedding_provider=<your "
+            f"{self.model_name!r} provider>) and call the same method there (e.g. memory.forget(...))")
 
 
 def check_onnx_model(model: str) -> None:

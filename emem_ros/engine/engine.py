@@ -24,6 +24,7 @@ from emem_ros.embeddings.base import EmbeddingProvider
 from emem_ros.engine.embedding import Embedding
 from emem_ros.engine.episodes import EpisodeHook, EpisodeStack, episode_number
 from emem_ros.engine.ingest import IngestPath
+from emem_ros.engine.positions import SOURCE_KEY, THING, Declarations, LayerPositions
 from emem_ros.engine.questions import QuestionGate
 from emem_ros.ingest.drafts import ObservationDraft
 from emem_ros.storage.store import MemoryStore, NewObservation, WriteReport
@@ -51,6 +52,8 @@ class Engine:
         try:
             if self.store.needs_reembed:
                 self.store.reembed_all(self.embedding.embed_texts)
+            self.positions = Declarations(self.store)
+            """What each layer's positions are (``engine/positions.py``), as ``declare_layer`` said."""
             self.ingest = IngestPath(self.store, self.embedding, config)
             self.ingest.backfill_vectors("at open")
             self.episodes = EpisodeStack(self.store, self.now,
@@ -109,18 +112,28 @@ class Engine:
     def add(self, text: str, x: Any = None, y: Any = None, z: Any = 0.0, timestamp: Any = None,
             layer_name: str = "default", source_type: str = "manual", confidence: Any = 1.0,
             metadata: Optional[dict[str, Any]] = None, embedding: Any = None, *,
-            frame_id: Optional[str] = None, value: Any = None) -> str:
-        """Buffer one observation and return its id; x=y=None means 'position unknown'."""
+            frame_id: Optional[str] = None, value: Any = None, position_is: Any = None,
+            view_range: Any = None) -> str:
+        """Buffer one observation and return its id; x=y=None means 'position unknown'.
+
+        ``position_is`` ('thing' or 'robot') and ``view_range`` say what the
+        position means (``engine/positions.py``); unsaid, the layer's declaration holds.
+        """
         self.check_open()
         if self.questions.active:  # a question of another thread goes first (``questions.py``)
             self.questions.writer_turn()
+        layer = check.clean_layer(layer_name)
+        source = check.clean_source_type(source_type)
+        position = finite_position(x, y, z)
+        if position is not None and source != SourceType.INTEROCEPTION.value:
+            metadata = self.positions.mark(layer, metadata, position_is, view_range)
         observation = NewObservation(
             id=0,
             text=check.clean_text(text, self.config.max_text_length),
             stamp=self.now() if timestamp is None else check.clean_stamp(timestamp),
-            layer=check.clean_layer(layer_name),
-            source_type=check.clean_source_type(source_type),
-            position=finite_position(x, y, z),
+            layer=layer,
+            source_type=source,
+            position=position,
             frame_id=frame_id or self.config.frame_id,
             confidence=check.clean_confidence(confidence),
             episode_id=self.episodes.active_number,
@@ -138,9 +151,18 @@ class Engine:
         x, y, z = position if position is not None else (None, None, None)
         metadata = dict(draft.metadata)
         if draft.position is None and robot_position is not None:
-            metadata.setdefault("position_source", "odometry")
+            metadata.setdefault(SOURCE_KEY, "odometry")
+        # A draft's own position is the thing's (a 3-D detection); the adapters' marks say more and win.
+        said = THING if draft.position is not None and SOURCE_KEY not in metadata else None
         return self.add(draft.text, x, y, z, draft.stamp, draft.layer, draft.source_type,
-                        draft.confidence, metadata or None, frame_id=draft.frame_id, value=draft.value)
+                        draft.confidence, metadata or None, frame_id=draft.frame_id, value=draft.value,
+                        position_is=said)
+
+    def declare_layer(self, layer: str, position_is: Any, view_range: Any = None) -> LayerPositions:
+        """Say once what a layer's positions are: 'thing' (its own) or 'robot' (where it was perceived from,
+        within ``view_range`` metres); kept in the memory file. Observations stored afterwards carry it."""
+        self.check_open()
+        return self.positions.declare(check.clean_layer(layer), position_is, view_range)
 
     def add_body_state(self, text: str, layer_name: str, x: Any = None, y: Any = None, z: Any = 0.0,
                        timestamp: Any = None, confidence: Any = 1.0, metadata: Optional[dict[str, Any]] = None,

@@ -445,6 +445,29 @@ class PlaceCache:
                 parts.append(pos)
             return self._take(np.concatenate(parts) if parts else np.empty(0, np.int64))
 
+    def in_box(self, layers: Sequence[str], lo: tuple[float, float], hi: tuple[float, float]) -> PlaceArrays:
+        """Every text's places in these layers whose cell lies in the box (the robot's perceptions around a
+        spot: ``tools.pose_places``), like ``SELECT ... WHERE layer IN (..) AND cx BETWEEN .. AND cy BETWEEN ..``."""
+        cell = self._cell_size
+        x0, x1 = math.floor(lo[0] / cell), math.floor(hi[0] / cell)
+        y0, y1 = math.floor(lo[1] / cell), math.floor(hi[1] / cell)
+        with self._lock:
+            self._ensure()
+            if not self.enabled:
+                rows = self._reader().execute(
+                    f"SELECT {COLUMNS} FROM places WHERE layer IN ({marks(len(layers))}) AND cx BETWEEN ? AND ?"
+                    " AND cy BETWEEN ? AND ? ORDER BY id", [*layers, x0, x1, y0, y1]).fetchall()
+                return PlaceArrays.from_rows(rows)
+            if not self._n:
+                return PlaceArrays.empty()
+            cols, n = self._cols, self._n
+            codes = [self._layer_code[name] for name in set(layers) if name in self._layer_code]
+            if not codes:
+                return PlaceArrays.empty()
+            cx, cy = cols["cx"][:n], cols["cy"][:n]
+            keep = (cx >= x0) & (cx <= x1) & (cy >= y0) & (cy <= y1) & np.isin(cols["layer_code"][:n], codes)
+            return self._take(np.nonzero(keep)[0])
+
     # ------------------------------------------------------------------ too big to mirror: SQLite
     def _by_id_sql(self, ids: list[int]) -> PlaceArrays:
         rows: list[tuple[Any, ...]] = []

@@ -18,15 +18,22 @@ NOTES_LAYER = "agent_notes"
 
 
 def store_specific_memory(env: ToolEnv, text: Any, x: Any = None, y: Any = None, z: Any = None,
-                          layer_name: Any = NOTES_LAYER, metadata: Any = None) -> ActionResult:
-    """Store a note now (source_type 'manual') and flush it, so the next query sees it."""
+                          layer_name: Any = NOTES_LAYER, metadata: Any = None, position_is: Any = None,
+                          view_range: Any = None) -> ActionResult:
+    """Store a note now (source_type 'manual') and flush it, so the next query sees it.
+
+    ``position_is`` / ``view_range``: what x, y mean (``engine/positions.py``).
+    """
     text = env.text(text, "text")
     layer = env.layer(layer_name) or NOTES_LAYER
     env.prepare()
     if layer in env.catalog.body_layers:
         raise InvalidInputError(f"layer '{layer}' holds body readings; store notes in another layer")
+    if (position_is is not None or view_range is not None) and (x is None or y is None):
+        raise InvalidInputError("position_is and view_range say what x, y mean: give them with a position")
     obs_id = env.engine.add(text, x, y, 0.0 if z is None else z, layer_name=layer,
-                            source_type=SourceType.MANUAL.value, metadata=metadata)
+                            source_type=SourceType.MANUAL.value, metadata=metadata, position_is=position_is,
+                            view_range=view_range)
     try:
         env.engine.flush()
     except Exception:  # accepted and kept: an error here would make the planner store it twice

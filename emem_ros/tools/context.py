@@ -10,7 +10,7 @@ from emem_ros.tools.body import body_status
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
 from emem_ros.tools.reads import ToolContext
-from emem_ros.tools.results import ContextResult
+from emem_ros.tools.results import ContextResult, Hit
 
 NEARBY = 10
 RECENT = 10
@@ -28,13 +28,20 @@ def get_current_context(env: ToolContext, radius: Any = 3.0, include_recent_minu
         around = Filters(center=position, radius=radius)
         nearby = env.reads.nearby_hits(around, NEARBY, gists=False)
         entities = env.reads.entities_near(position, radius, 5)
-        gists = env.reads.area_gists(around, 3)
+        gists = [g for g in env.reads.area_gists(around, 3) if _covers(g, radius)]
     recent = env.reads.timeline(Filters(after=now - minutes * 60.0, before=now), RECENT, gists=False)
     body = body_status(env)
     episode = env.reads.active_episode()
     pinned = env.reads.pinned(position, radius, [h.id for h in entities])
     return ContextResult(position, source, radius, minutes, nearby, entities, gists, recent, body, episode, now,
                          pinned)
+
+
+def _covers(gist: Hit, radius: float) -> bool:
+    """Whether a summary's area reaches the robot's circle (the area query is a box: its corners do not)."""
+    if gist.distance is None:
+        return False
+    return gist.distance <= (gist.radius or 0.0) + radius
 
 
 def current_position(env: ToolEnv) -> tuple[Optional[Position], str]:

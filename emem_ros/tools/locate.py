@@ -35,12 +35,14 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.types import NodeKind, make_id, rounded
+from emem_ros.engine.positions import ROBOT, ROBOT_SOURCE
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
-from emem_ros.geometry.uncertainty import COVERAGE
+from emem_ros.geometry.uncertainty import COVERAGE, Region
 from emem_ros.tools import placement as placing
 from emem_ros.tools.aggregate import Aggregator, texts_of
 from emem_ros.tools.env import ToolEnv
 from emem_ros.tools.filters import Filters
+from emem_ros.tools.pose_places import TrackEvidence
 from emem_ros.tools.ranking import Candidate, fuse, text_hits
 from emem_ros.tools.ray_layers import layer_has_rays
 from emem_ros.tools.ray_reads import read_place_rays, read_rays
@@ -130,7 +132,13 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
         if len(robot.weight):
             placements += _from(placing.robot_placements(robot, lambda layer: kinds[layer].view_range, blur), robot)
     placements = placing.absorb(placements)
-    placing.finish(placements[: 1 + OTHER_PLACES])
+    track = TrackEvidence(env.store, concept, set(relevance))
+
+    def from_track(p: placing.Placement) -> Optional[Region]:
+        layers = sorted(set(p.source.layer[p.members].tolist())) if p.source is not None else []
+        return track.region(p.seen_from, layers, max(kinds[layer].view_range for layer in layers)) if layers else None
+
+    placing.finish(placements[: 1 + OTHER_PLACES], from_track)
     if not placements:
         if hits:
             empty.evidence = text_hits(env.store, agg, ranked[:3])
@@ -208,17 +216,28 @@ def _layer_kinds(env: ToolEnv, evidence: "_Evidence", masks: dict[str, np.ndarra
         for obs in evidence.last_obs[masks[layer]][:SAMPLE_PER_LAYER].tolist():
             sample[int(obs)] = layer
     seen: dict[str, list[tuple[bool, bool, object]]] = {layer: [] for layer in layers}
+    said = {layer: False for layer in layers}
     for obs, (source, ray, view_range) in sorted(env.obs_kinds.get(env.store.reader(), list(sample)).items()):
-        seen[sample[obs]].append((source == "odometry", ray == "array", view_range))
+        seen[sample[obs]].append((source == ROBOT_SOURCE, ray == "array", view_range))
+        said[sample[obs]] = said[sample[obs]] or source is not None
     kinds = {}
     conn = env.store.reader()
     for layer, rows in seen.items():
         ranges = [r for _, _, r in rows if isinstance(r, (int, float)) and r > 0]
-        robot = any(r for r, _, _ in rows)
+        robot = any(r for r, _, _ in rows) or (not said[layer] and _unsaid_is_robot(env, conn, layer, ranges))
         rays = any(y for _, y, _ in rows) or (robot and layer_has_rays(env.store, conn, layer))
         kinds[layer] = _LayerKind(robot=robot, rays=rays,
                                   view_range=float(max(ranges)) if ranges else DEFAULT_VIEW_RANGE)
     return kinds
+
+
+def _unsaid_is_robot(env: ToolEnv, conn: Any, layer: str, ranges: list[Any]) -> bool:
+    """A layer whose sightings say nothing of their positions: its declaration, else what its data shows
+    (``engine.positions.infer``: robot pose unless it reported things at distinct places at one moment)."""
+    meaning, view_range = env.engine.positions.meaning(conn, layer)
+    if meaning == ROBOT and view_range:
+        ranges.append(view_range)
+    return meaning == ROBOT
 
 
 def _layer_masks(layer: np.ndarray) -> dict[str, np.ndarray]:

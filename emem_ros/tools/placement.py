@@ -35,6 +35,7 @@ from emem_ros.geometry.triangulation import OUTLIER_Z, SAME_POSE, find_instances
 from emem_ros.geometry.uncertainty import (
     COVERAGE,
     MEASURED_FLOOR,
+    Region,
     Segment,
     circle_radii,
     normal_quantile,
@@ -182,11 +183,15 @@ def points_at(rays: RaySet, placed: Placement) -> np.ndarray:
     return pointing
 
 
-def finish(placements: Sequence[Placement]) -> None:
-    """The region of each robot-pose placement (after ``absorb``, which needs only the poses)."""
+def finish(placements: Sequence[Placement], track: Optional[Callable[[Placement], Optional[Region]]] = None) -> None:
+    """The region of each robot-pose placement (after ``absorb``, which needs only the poses): from the
+    layer's track where ``track`` can read it (``tools.pose_places``), else every spot within view of
+    all its poses (``pose_region``)."""
     for p in placements:
         if p.kind == ROBOT and p.seen_from is not None and p.view_range is not None:
-            region = pose_region(p.seen_from, p.view_range)
+            region = track(p) if track is not None else None
+            if region is None:
+                region = pose_region(p.seen_from, p.view_range)
             p.position = (round(region.centre[0], 3), round(region.centre[1], 3), p.position[2])
             p.radius = round(region.radius, 2)
 

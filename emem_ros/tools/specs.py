@@ -171,7 +171,8 @@ TOOLS: tuple[ToolDef, ...] = (
             "of the name (also matched by meaning), type, place or recency. If none are tracked yet, use "
             "semantic_search or locate."),
         parameters=_obj({
-            "name": _p("string", "Part of the name, case-insensitive, e.g. 'chair', 'alice'."),
+            "name": _p("string", "Part of the name, case-insensitive, e.g. 'chair', 'alice'; names that mean "
+                                 "nearly the same also match (cup for mug: cosine >= 0.6), unrelated ones never."),
             "entity_type": _p("string", "Type, e.g. 'furniture', 'person', 'landmark'."),
             "near_x": NEAR_X, "near_y": NEAR_Y,
             "spatial_radius": _p("number", "Radius around (near_x, near_y) in metres (default 5).", **DISTANCE),
@@ -271,6 +272,13 @@ ACTIONS: tuple[ToolDef, ...] = (
             "z": _p("number", "Z in metres (optional).", **COORDINATE),
             "layer_name": _p("string", "Layer to file it under.", default="agent_notes"),
             "metadata": _p("object", "Optional extra fields (a JSON object)."),
+            "position_is": _p("string", "What x, y are: 'thing' when they are where the thing itself is (a "
+                              "place you were told or measured), 'robot' when they are where you (the robot) "
+                              "stood when you perceived it. If you do not say, x, y is taken as where it was "
+                              "perceived from (the answer then allows view_range around it).",
+                              enum=["thing", "robot"]),
+            "view_range": _p("number", "With position_is 'robot': how far from x, y the thing may be, metres "
+                             "(default: the layer's, else 6).", **DISTANCE),
         }, ("text",)),
         time_params=(),
     ),

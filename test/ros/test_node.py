@@ -231,7 +231,8 @@ def test_every_service_answers(harness):
         "locate": {"concept": "person waving"},
         "recall": {"query": "person waving"},
         "body_status": {},
-        "store_specific_memory": {"text": "the charger is behind the sofa", "x": 1.0, "y": 1.0},
+        "store_specific_memory": {"text": "the charger is behind the sofa", "x": 1.0, "y": 1.0,
+                                  "position_is": "robot", "view_range": 2.5},
         "start_episode": {"name": "fetch the mug"},
         "end_episode": {"result": "done", "success": 1},
         "record_experience": {"goal": "grasp the mug", "success": 1},
@@ -246,6 +247,9 @@ def test_every_service_answers(harness):
         answer = harness.ask(spec.name, **requests[spec.name])
         assert answer.success, f"{spec.name}: {answer.message}"
         assert answer.text, f"{spec.name} gave no text"
+        if spec.name == "store_specific_memory":  # what the position is travels through the real service
+            stored = harness.node.runtime.memory.get_observation(answer.id)
+            assert stored.metadata == {"position_source": "odometry", "view_range": 2.5}
     spatial = harness.ask("spatial_query", x=ROBOT[0], y=ROBOT[1], radius=1.0)
     assert CAPTION in {hit.text for hit in spatial.hits}
     # The live pose is the odometry of the last odom_max_extrapolation seconds: on a loaded machine the
