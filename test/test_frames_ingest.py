@@ -117,58 +117,72 @@ def test_a_measured_3d_position_is_turned_from_the_camera_frame_into_map(pipelin
 
 
 def test_a_message_waits_for_its_transform_and_is_placed_when_it_comes(pipeline, memory):
+    static_camera(pipeline)
     robot_at(pipeline, T0, (0.0, 0.0))
-    outcome = pipeline.on_message("scene", caption(T0 + 0.5), T0 + 0.5)
+    outcome = pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 0.5, "camera_optical_frame",
+                                                                      ("red mug", 0.0, 0.0, 1.0)), T0 + 0.5)
     assert outcome.ids == () and outcome.waiting == 1 and pipeline.waiting == 1
-    robot_at(pipeline, T0 + 1.0, (2.0, 0.0))  # arrives 0.5 s later in stamps, but within tf_timeout of arrival
+    robot_at(pipeline, T0 + 1.0, (2.0, 0.0))  # arrives later, within tf_timeout of the stamp
     assert pipeline.waiting == 0
+    (_, x, y, *_), = stored(memory, "detections_3d")
+    assert (x, y) == pytest.approx((10.0, 1.0 + 0.2 + 1.0))  # interpolated at the stamp, not the newest pose
+
+
+def test_a_message_stamped_on_arrival_takes_the_newest_pose_at_once(pipeline, memory):
+    robot_at(pipeline, T0, (0.0, 0.0))
+    robot_at(pipeline, T0 + 1.0, (2.0, 0.0))
+    outcome = pipeline.on_message("scene", caption(T0 + 1.3), T0 + 1.3)  # std_msgs/String: no header
+    assert len(outcome.ids) == 1 and pipeline.waiting == 0
     (_, x, y, *_), = stored(memory, "scene")
-    assert (x, y) == pytest.approx((10.0, 1.0))  # interpolated, not the newest pose
+    assert (x, y) == pytest.approx((10.0, 2.0))
 
 
 def test_a_stale_edge_leaves_the_message_without_a_position_once_tf_has_moved_on(pipeline, memory, warnings):
     robot_at(pipeline, T0, (0.0, 0.0))  # localization's map -> odom is published once, then stops
-    pipeline.on_message("scene", caption(T0 + 2.0), T0 + 2.0)
+    pipeline.on_message("detections", msgs.detections(MAKE, T0 + 2.0, "chair"), T0 + 2.0)
     for i in range(1, 5):  # the odometry goes on: TF's time passes the stamp
         t = T0 + 2.0 + 0.05 * i
         pipeline.on_tf(msgs.tf_message(MAKE, tf(t, "odom", "base_link", 0.0, 0.0)), static=False, receive_time=t)
         assert pipeline.waiting == (1 if i < 4 else 0)  # due once /tf is tf_timeout (0.2 s) past the stamp
-    (_, x, y, *_), = stored(memory, "scene")
+    (_, x, y, *_), = stored(memory, "detections")
     assert x is None and y is None  # never the origin
-    counts = pipeline.counts()["scene"]
+    counts = pipeline.counts()["detections"]
     assert counts.no_transform == 1 and counts.without_position == 1
     line, = [w for w in warnings if "no transform" in w]
     assert "map <- base_link" in line and "2.00 s older than the stamp" in line
-    pipeline.on_message("scene", caption(T0 + 3.0), T0 + 3.0)
+    pipeline.on_message("detections", msgs.detections(MAKE, T0 + 3.0, "chair"), T0 + 3.0)
     pipeline.expire(T0 + 13.5)
     assert len([w for w in warnings if "no transform" in w]) == 1  # one line per frame pair
-    assert pipeline.counts()["scene"].no_transform == 2
+    assert pipeline.counts()["detections"].no_transform == 2
 
 
 def test_when_tf_stops_a_message_waits_for_the_sensors_to_move_on_or_the_clock(pipeline, memory):
     robot_at(pipeline, T0, (0.0, 0.0))
-    pipeline.on_message("scene", caption(T0 + 2.0), T0 + 2.0)
+    pipeline.on_message("detections", msgs.detections(MAKE, T0 + 2.0, "chair"), T0 + 2.0)
     assert pipeline.expire(T0 + 12.1) == 0  # nothing arrives: tf_timeout + QUIET_STALL = 10.2 s of the clock
     assert pipeline.expire(T0 + 12.25) == 1
-    (_, x, y, *_), = stored(memory, "scene")
-    assert x is None and pipeline.counts()["scene"].no_transform == 1
-    pipeline.on_message("scene", caption(T0 + 13.0), T0 + 13.0)
+    (_, x, y, *_), = stored(memory, "detections")
+    assert x is None and pipeline.counts()["detections"].no_transform == 1
+    pipeline.on_message("detections", msgs.detections(MAKE, T0 + 13.0, "sofa"), T0 + 13.0)
     # stamped messages go on while /tf is silent: due once they are tf_timeout + TF_STALL (5.2 s) further
     pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 18.1, "map", ("chair", 1.0, 1.0, 0.0)),
                         T0 + 18.1)
     assert pipeline.waiting == 1
     pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 18.25, "map", ("chair", 1.0, 1.0, 0.0)),
                         T0 + 18.25)
-    assert pipeline.waiting == 0 and pipeline.counts()["scene"].no_transform == 2
+    assert pipeline.waiting == 0 and pipeline.counts()["detections"].no_transform == 2
 
 
 def test_a_transform_just_missed_takes_the_newest_within_the_extrapolation_limit(pipeline, memory):
     robot_at(pipeline, T0, (0.0, 0.0))
     robot_at(pipeline, T0 + 1.0, (2.0, 0.0))
-    pipeline.on_message("scene", caption(T0 + 1.3), T0 + 1.3)  # and then /tf stops
-    pipeline.expire(T0 + 11.6)
-    (_, x, y, *_), = stored(memory, "scene")
-    assert (x, y) == pytest.approx((10.0, 2.0)) and pipeline.counts()["scene"].no_transform == 0
+    pipeline.on_message("detections_3d", msgs.detections_3d(MAKE, T0 + 1.3, "map", ("chair", 1.0, 1.0, 0.0)),
+                        T0 + 1.3)
+    pipeline.on_message("detections", msgs.boxes(MAKE, T0 + 1.3, ("sofa", 320.0, 240.0, 40.0, 40.0)), T0 + 1.3)
+    assert pipeline.waiting == 1  # the 2-D detection waits for the robot's motion; the 3-D one is in map
+    pipeline.expire(T0 + 11.6)  # and then /tf stops
+    (_, x, y, *_), = stored(memory, "detections")
+    assert (x, y) == pytest.approx((10.0, 2.0)) and pipeline.counts()["detections"].no_transform == 0
 
 
 def test_a_3d_detection_in_a_frame_tf_never_names_is_kept_at_the_robot_pose(pipeline, memory, warnings):

@@ -213,7 +213,8 @@ class IngestPipeline:
 
         A draft whose transform has not arrived yet waits (``tf_timeout``) and
         is stored by a later ``on_tf`` / ``expire``; it is counted in
-        ``IngestOutcome.waiting``, not in ``ids``.
+        ``IngestOutcome.waiting``, not in ``ids``. A message without a header
+        stamp does not wait: it takes the newest pose.
         """
         spec = self.layers.get(layer)
         if spec is None:
@@ -244,7 +245,10 @@ class IngestPipeline:
                 continue
             if draft.sensor_frame is None:
                 draft = dataclasses.replace(draft, sensor_frame=frame_of(msg))
-            placed = self._place(spec, draft, receive_time, final=False)
+            # A message without a stamp of its own (std_msgs/String) is stamped on arrival: that stamp is
+            # only as good as the delivery, and waiting to interpolate at it buys nothing. It takes the
+            # newest pose within odom_max_extrapolation at once, as the odometry history does.
+            placed = self._place(spec, draft, receive_time, final=stamp is None)
             if placed is None:
                 waiting += 1
                 continue
