@@ -178,7 +178,7 @@ class Memory(Component):
 
         from emem_ros.ros.camera import CAMERA_INFO_TYPE
         from emem_ros.ros.msgtypes import resolve_type
-        from emem_ros.ros.runtime import MIN_TF_TICK, TF_TYPE
+        from emem_ros.ros.runtime import TF_TICK, TF_TYPE
 
         params = backend.params
         if params.fixed_frame:  # tf2_ros's listener QoS: /tf volatile, /tf_static transient local (latched)
@@ -189,8 +189,7 @@ class Memory(Component):
                 self._emem_subscriptions.append(self.create_subscription(
                     tf_type, topic, lambda msg, static=static: backend.on_tf(msg, static, self._now()), qos))
             if params.tf_timeout > 0:
-                self._emem_timers.append(self.create_timer(max(MIN_TF_TICK, params.tf_timeout / 2.0),
-                                                      lambda: backend.expire(self._now())))
+                self._emem_timers.append(self.create_timer(TF_TICK, lambda: backend.expire(self._now())))
         for topic in sorted({spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}):
             self._emem_subscriptions.append(self.create_subscription(
                 resolve_type(CAMERA_INFO_TYPE), topic, lambda msg, topic=topic: backend.on_camera_info(topic, msg), 10))

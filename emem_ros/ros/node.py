@@ -64,8 +64,8 @@ MARKER_TOPIC = "~/markers"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 ODOM_QOS_DEPTH = 50
 TF_QOS_DEPTH = 100
-ODOMETRY_CHECK_PERIOD = 5.0
-"""Seconds between checks whether /tf made the odometry subscription redundant (with a fixed frame)."""
+ODOMETRY_CHECK_EVERY = 50
+"""Odometry messages between checks whether /tf made the odometry subscription redundant."""
 CAMERA_INFO_QOS_DEPTH = 5
 _ROS_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
 
@@ -112,34 +112,50 @@ def _qos(depth: int, reliability: str) -> QoSProfile:
 
 
 class _TfListener:
-    """/tf and /tf_static on a node and executor of their own, spun on one thread, as tf2_ros's
-    ``TransformListener(spin_thread=True)`` does.
+    """/tf, /tf_static and the odometry on a node and executor of their own, spun on one thread, as
+    tf2_ros's ``TransformListener(spin_thread=True)`` does (with a fixed frame).
 
     A robot's /tf is its busiest topic (50-100 Hz and more). Through the memory node's own executor every
-    message would wake a wait set holding all its services, timers and subscriptions; here it wakes two
-    subscriptions. QoS as tf2_ros's listener: /tf reliable and volatile, /tf_static reliable and transient
-    local (latched). The callbacks only feed the pipeline's transform tree, which takes its own lock.
+    message would wake a wait set holding all its services, timers and subscriptions; here it wakes three
+    subscriptions, and /tf comes raw (CDR bytes) to the memory's own parser (``emem_ros.frames.cdr``, what
+    replay uses too). QoS as tf2_ros's listener: /tf reliable and volatile, /tf_static reliable and
+    transient local (latched). The odometry feeds the odom -> base edge only while /tf lacks it; once
+    /tf carries it the subscription is dropped, from its own callback on this executor's only thread (no
+    other thread can be taking from it then). The callbacks feed the pipeline, which takes its own locks.
     """
 
-    def __init__(self, parent: "MemoryNode", tf_type: Any, tf_topic: str, static_topic: str,
-                 on_tf: Callable[[Any, bool], Any]) -> None:
+    def __init__(self, parent: "MemoryNode", runtime: MemoryRuntime, tf_topic: str, static_topic: str,
+                 odom_topic: str) -> None:
         name = f"{parent.get_name()}_tf_listener"
         # Its own __node remap: launch's `name=` renames every node of the process (-r __node:=memory), and
         # two nodes of one name clash. Topic remaps (-r /tf:=/robot1/tf) still apply.
         self.node = rclpy.create_node(name, namespace=parent.get_namespace(), context=parent.context,
                                       start_parameter_services=False,
                                       cli_args=["--ros-args", "-r", f"__node:={name}"])
+        self.runtime, self.log, self.odom_topic = runtime, parent._log, odom_topic
         dynamic = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=TF_QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        # raw: the CDR bytes go to the memory's own TFMessage parser (emem_ros.frames.cdr, what replay uses
-        # too), not through rclpy's message objects
-        self.node.create_subscription(tf_type, tf_topic, lambda msg: on_tf(msg, False), dynamic, raw=True)
-        self.node.create_subscription(tf_type, static_topic, lambda msg: on_tf(msg, True), latched, raw=True)
+        self.node.create_subscription(runtime.tf_type, tf_topic, lambda msg: runtime.on_tf(msg, False), dynamic,
+                                      raw=True)
+        self.node.create_subscription(runtime.tf_type, static_topic, lambda msg: runtime.on_tf(msg, True), latched,
+                                      raw=True)
+        self.odometry: Any = self.node.create_subscription(runtime.odometry_type, odom_topic, self._on_odometry,
+                                                           _qos(ODOM_QOS_DEPTH, "best_effort"))
+        self._odometry_seen = 0
         self.executor = SingleThreadedExecutor(context=parent.context)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self._spin, name="memory-tf", daemon=True)
         self.thread.start()
+
+    def _on_odometry(self, msg: Any) -> None:
+        self.runtime.on_odometry(msg)
+        self._odometry_seen += 1
+        if self._odometry_seen % ODOMETRY_CHECK_EVERY == 0 and self.runtime.odometry_redundant():
+            self.node.destroy_subscription(self.odometry)
+            self.odometry = None
+            self.log.info(f"{self.odom_topic} unsubscribed: /tf carries its odom -> base transform "
+                          "(positions come from TF)")
 
     def _spin(self) -> None:
         try:
@@ -175,7 +191,6 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         self._memory_timers: list[Any] = []
         self._marker_publisher: Any = None
         self._tf_listener: Optional[_TfListener] = None
-        self._odom_subscription: Any = None
         self._declare_errors: dict[str, str] = {}
         """Parameter name -> why rclpy refused to declare it (a params-file type clash)."""
         for name, default, type_name, description in declarations():
@@ -343,17 +358,15 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
             self._memory_subscriptions.append(self.create_subscription(
                 runtime.layer_types[spec.name], spec.topic, callback, _qos(spec.qos_depth, spec.reliability),
                 callback_group=self._intake_group))
-        self._odom_subscription = self.create_subscription(
-            runtime.odometry_type, params.odom_topic, self._on_odometry, _qos(ODOM_QOS_DEPTH, "best_effort"),
-            callback_group=self._intake_group)
+        if not params.fixed_frame:
+            self._memory_subscriptions.append(self.create_subscription(
+                runtime.odometry_type, params.odom_topic, self._on_odometry, _qos(ODOM_QOS_DEPTH, "best_effort"),
+                callback_group=self._intake_group))
         if params.fixed_frame:
-            self._tf_listener = _TfListener(self, runtime.tf_type, params.tf_topic, params.tf_static_topic,
-                                            self.runtime.on_tf)
+            self._tf_listener = _TfListener(self, runtime, params.tf_topic, params.tf_static_topic, params.odom_topic)
             for timer in runtime.intake_timers():
                 self._memory_timers.append(self.create_timer(timer.period, timer.tick,
                                                              callback_group=self._intake_group))
-            self._memory_timers.append(self.create_timer(ODOMETRY_CHECK_PERIOD, self._drop_redundant_odometry,
-                                                         callback_group=self._maintenance_group))
         for topic in sorted({spec.camera.info_topic for spec in params.layers if spec.camera.info_topic}):
             self._memory_subscriptions.append(self.create_subscription(  # best effort hears both kinds
                 runtime.camera_info_type, topic, functools.partial(self._on_camera_info, topic),
@@ -417,9 +430,6 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         listener, self._tf_listener = self._tf_listener, None
         if listener is not None:
             listener.close()
-        if self._odom_subscription is not None:
-            self.destroy_subscription(self._odom_subscription)
-            self._odom_subscription = None
         for timer in self._memory_timers:
             self.destroy_timer(timer)
         for service in self._memory_services:
@@ -437,17 +447,6 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
 
     def _on_odometry(self, msg: Any) -> None:
         self.runtime.on_odometry(msg)
-
-    def _drop_redundant_odometry(self) -> None:
-        """With a fixed frame, once /tf carries the odometry's edge the odometry topic is not needed: stop
-        taking its callbacks (each costs the executor about a millisecond)."""
-        if self._odom_subscription is None or not self.runtime.odometry_redundant():
-            return
-        self.destroy_subscription(self._odom_subscription)
-        self._odom_subscription = None
-        params = self.runtime.params
-        topic = params.odom_topic if params is not None else "odometry"
-        self._log.info(f"{topic} unsubscribed: /tf carries its odom -> base transform (positions come from TF)")
 
     def _on_camera_info(self, topic: str, msg: Any) -> None:
         self.runtime.on_camera_info(topic, msg)
