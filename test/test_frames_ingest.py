@@ -129,12 +129,15 @@ def test_a_message_waits_for_its_transform_and_is_placed_when_it_comes(pipeline,
 
 
 def test_a_message_stamped_on_arrival_takes_the_newest_pose_at_once(pipeline, memory):
+    pipeline.on_message("scene", caption(T0 - 0.1), T0 - 0.1)  # before any transform: it waits for one
+    assert pipeline.waiting == 1
     robot_at(pipeline, T0, (0.0, 0.0))
+    assert pipeline.waiting == 0
     robot_at(pipeline, T0 + 1.0, (2.0, 0.0))
     outcome = pipeline.on_message("scene", caption(T0 + 1.3), T0 + 1.3)  # std_msgs/String: no header
     assert len(outcome.ids) == 1 and pipeline.waiting == 0
-    (_, x, y, *_), = stored(memory, "scene")
-    assert (x, y) == pytest.approx((10.0, 2.0))
+    (_, x0, y0, *_), (_, x, y, *_) = stored(memory, "scene")
+    assert (x0, y0) == pytest.approx((10.0, 0.0)) and (x, y) == pytest.approx((10.0, 2.0))
 
 
 def test_a_stale_edge_leaves_the_message_without_a_position_once_tf_has_moved_on(pipeline, memory, warnings):

@@ -103,6 +103,8 @@ class IngestOutcome:
 class _Waiting:
     draft: ObservationDraft
     arrival: float
+    newest: bool = False
+    """Stamped on arrival: the newest transform will do once there is one (see ``_place``)."""
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,7 @@ class IngestPipeline:
             # A message without a stamp of its own (std_msgs/String) is stamped on arrival: that stamp is
             # only as good as the delivery, and waiting to interpolate at it buys nothing. It takes the
             # newest pose within odom_max_extrapolation at once, as the odometry history does.
-            placed = self._place(spec, draft, receive_time, final=stamp is None)
+            placed = self._place(spec, draft, receive_time, final=False, newest=stamp is None)
             if placed is None:
                 waiting += 1
                 continue
@@ -298,6 +300,7 @@ class IngestPipeline:
                     keep.append(item)
                     continue
                 placed = self._place(self.layers[item.draft.layer], item.draft, item.arrival, final=False,
+                                     newest=item.newest,
                                      park=False)
                 if placed is None:
                     keep.append(item)
@@ -346,24 +349,27 @@ class IngestPipeline:
         return sum(self._commit(p) is not None for p in placed if p is not None)
 
     def _place(self, spec: LayerSpec, draft: ObservationDraft, arrival: float, *, final: bool,
-               park: bool = True) -> Optional[_Placed]:
+               park: bool = True, newest: bool = False) -> Optional[_Placed]:
         """Where ``draft`` goes in the fixed frame, or None: it waits for its transform (parked here unless
         ``park`` is off: it is in the queue already).
 
         ``final``: no more waiting (``tf_timeout`` is over, or the stream ended): a transform that has not
         arrived is taken from the newest one within ``odom_max_extrapolation``, else there is no place.
+        ``newest``: take the newest transform within that limit without waiting for a newer one (a draft
+        stamped on arrival); it still waits when there is none yet.
         """
         placer = self.placer
         missing: Optional[LookupFailure] = None
         dropped_object = False
+        clamp = final or newest
 
         def wait() -> bool:
             if final or self.tf_timeout <= 0:
                 return False
-            return not park or self._park(draft, arrival)
+            return not park or self._park(draft, arrival, newest)
 
         if draft.position is not None:
-            point = placer.point(draft.frame_id, draft.stamp, draft.position, clamp=final)
+            point = placer.point(draft.frame_id, draft.stamp, draft.position, clamp=clamp)
             if not isinstance(point, LookupFailure):
                 return _Placed(dataclasses.replace(draft, position=point, frame_id=self.frame_id), None, None,
                                False, None)
@@ -376,12 +382,12 @@ class IngestPipeline:
                         "object_frame": draft.frame_id or ""}
             draft = dataclasses.replace(draft, metadata=metadata, position=None, frame_id=None)
             dropped_object = True
-        robot = placer.robot(draft.stamp, clamp=final)
+        robot = placer.robot(draft.stamp, clamp=clamp)
         if isinstance(robot, LookupFailure):
             if robot.retry and wait():
                 return None
             return _Placed(draft, None, None, dropped_object, robot)
-        seen = self._seen_from(spec, draft, robot, final)
+        seen = self._seen_from(spec, draft, robot, clamp)
         if seen is None:
             if wait():
                 return None
@@ -390,12 +396,12 @@ class IngestPipeline:
         draft, bearing = seen
         return _Placed(draft, robot.position, bearing, dropped_object, missing)
 
-    def _park(self, draft: ObservationDraft, arrival: float) -> bool:
+    def _park(self, draft: ObservationDraft, arrival: float, newest: bool = False) -> bool:
         """Queue a draft for its transform; False when the queue is full (it is placed now with what there is)."""
         with self._lock:
             full = len(self._waiting) >= MAX_WAITING
             if not full:
-                self._waiting.append(_Waiting(draft, arrival))
+                self._waiting.append(_Waiting(draft, arrival, newest))
         if full:
             self._log_once(draft.layer, "waiting queue full",
                            f"layer {draft.layer}: {MAX_WAITING} drafts already wait for transforms; this one is "
