@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from emem_ros.core.errors import EmemError
+from emem_ros.ros.distro import DISTROS
 
 DEFAULT_PARAMS = Path("config") / "memory.yaml"
 EMBEDDING_CHOICES = ("auto", "onnx", "sentence_transformers", "ollama", "hashing")
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="embedding backend instead of the params' embedding.backend "
                              "(hashing: deterministic and model-free, for tests)")
     parser.add_argument("--embedding-model", default=None, help="embedding model instead of the params' one")
-    parser.add_argument("--distro", default="auto", choices=("auto", "humble", "jazzy"),
+    parser.add_argument("--distro", default="auto", choices=("auto", *DISTROS),
                         help="message definitions to decode with (auto: the bag's recorded distro, else humble)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
