@@ -84,7 +84,8 @@ else
   done
 fi
 
-echo "ROS half: ${runnable[*]:-nothing} run $mode in $(( $(date +%s) - started )) s; per distribution:"
+how=$([ "$mode" = parallel ] && [ "${#runnable[@]}" -gt 1 ] && echo "in parallel" || echo "one after the other")
+echo "ROS half: ${runnable[*]:-nothing} $how, $(( $(date +%s) - started )) s wall; per distribution:"
 failed=0
 for distro in "${runnable[@]}"; do
   line=$(grep -E "^ROS half \($distro\): .*(ROS tests ran|FAILED)" "$logs/$distro.log" | tail -1 || true)
