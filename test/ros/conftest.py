@@ -7,7 +7,7 @@ plain unittest classes with no launch around them.
 Humble-only tests: EmbodiedAgents (Cortex) is in the Humble overlay only. A module that needs it says
 ``pytestmark = pytest.mark.humble_only``; where another distribution is sourced such a module is not
 collected at all (read here, never imported: its imports would fail), and a single test marked
-``humble_only`` is deselected. They are not skips: the ROS half's summary line counts them apart
+``humble_only`` is deselected. The core run does not import such a module either (it skips test/ros/). They are not skips: the ROS half's summary line counts them apart
 ("N Humble-only not collected"), from the JSON this writes to ``$EMEM_ROS_LEFT_OUT``.
 """
 
@@ -36,6 +36,11 @@ def _other_distro() -> bool:
     """True when a ROS distribution other than Humble is sourced (not in the core run: none is)."""
     distro = os.environ.get("ROS_DISTRO", "").strip().lower()
     return bool(distro) and distro != "humble"
+
+
+def _ros_half(config) -> bool:
+    """True in the ROS half (the launch_testing plugin is loaded); False in the core run."""
+    return any(config.pluginmanager.get_plugin(name) is not None for name in _PLUGINS)
 
 
 def humble_only_tests(path: Path) -> int:
@@ -69,14 +74,21 @@ def _cases(function: ast.AST) -> int:
 
 
 def pytest_ignore_collect(collection_path, config):
+    """Humble-only modules: not imported on another distribution, nor in the core run (which skips test/ros/)."""
     path = Path(collection_path)
-    if not _other_distro() or path.suffix != ".py" or not path.name.startswith("test_"):
+    in_ros_half = _ros_half(config)
+    if (in_ros_half and not _other_distro()) or path.suffix != ".py" or not path.name.startswith("test_"):
         return None
     tests = humble_only_tests(path)
-    if tests:
-        _left_out[path.name] = tests
-        return True
-    return None
+    if not tests:
+        return None
+    if in_ros_half:
+        try:
+            where = str(path.relative_to(config.rootpath))
+        except ValueError:
+            where = str(path)
+        _left_out[where] = tests
+    return True
 
 
 def pytest_collection_modifyitems(config, items):
@@ -87,7 +99,7 @@ def pytest_collection_modifyitems(config, items):
                 _left_out[item.nodeid] = 1
             config.hook.pytest_deselected(items=humble_only)
             items[:] = [item for item in items if item.get_closest_marker(HUMBLE_ONLY) is None]
-    if any(config.pluginmanager.get_plugin(name) is not None for name in _PLUGINS):
+    if _ros_half(config):
         return
     skip = pytest.mark.skip(reason="ROS half: needs the launch_testing pytest plugin of Humble or Jazzy (pytest < 8) "
                                    "and the built package; `make test` runs it through .ci/ros_half.sh")
