@@ -84,8 +84,10 @@ else
   done
 fi
 
-how=$([ "$mode" = parallel ] && [ "${#runnable[@]}" -gt 1 ] && echo "in parallel" || echo "one after the other")
-echo "ROS half: ${runnable[*]:-nothing} $how, $(( $(date +%s) - started )) s wall; per distribution:"
+if [ "${#runnable[@]}" -gt 0 ]; then
+  how=$([ "$mode" = parallel ] && [ "${#runnable[@]}" -gt 1 ] && echo "in parallel" || echo "one after the other")
+  echo "ROS half: ${runnable[*]} $how, $(( $(date +%s) - started )) s wall; per distribution:"
+fi
 failed=0
 for distro in "${runnable[@]}"; do
   line=$(grep -E "^ROS half \($distro\): .*(ROS tests ran|FAILED)" "$logs/$distro.log" | tail -1 || true)
