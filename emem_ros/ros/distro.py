@@ -18,6 +18,8 @@ The same on both, so nothing is handled anywhere (no version checks, no fallback
   adds BEST_AVAILABLE policies and warns on KEEP_LAST with depth 0 (our depths are >= 1); the
   node does not use BEST_AVAILABLE: it is fixed when a subscription is created, so a best-effort
   sensor publisher that appears later would not be heard, where best effort hears both kinds.
+- ``rosbag2_py`` does not matter: emem_ros reads and writes bags with rosbags (pure Python, no ROS),
+  so only what the two rosbag2 versions write (below) does.
 - vision_msgs 4.1.1 (the same definitions and type hashes), the launch / launch_ros APIs that
   ``launch/memory.launch.py`` uses, and the ``ros2 bag play`` options the tests and the benchmark
   use (``--clock``, ``-r``, ``-d``, ``--disable-keyboard-controls``, ``--start-offset``).
