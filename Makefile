@@ -1,8 +1,8 @@
 # Two commands for a fresh machine:
 #   make demo   set up .venv, replay the bundled patrol bag into a memory, ask it a question
 #   make test   set up .venv and run the test suite (what .ci/run calls): the core suite, then the ROS half
-#               (.ci/ros_half.sh: ROS 2 Humble from ../shared/ros2, colcon build, test/ros/), which says
-#               it was skipped, and why, where that ROS is absent
+#               (.ci/ros_half.sh: ROS 2 Humble and Jazzy from ../shared/ros2, colcon build, test/ros/ on each),
+#               which says it was skipped, and why, where that ROS is absent
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -39,7 +39,8 @@ test: test-core test-ros
 test-core: $(STAMP) fleet-deps lint
 	$(BIN)/python -m pytest -q
 
-# Real ROS 2 Humble: colcon build in a scratch workspace, then test/ros/ with rclpy and launch_testing.
+# Real ROS 2 Humble and Jazzy (in parallel): colcon build in a scratch workspace per distribution, then
+# test/ros/ with rclpy and launch_testing on each (.ci/ros_half.sh, .ci/ros_distro.sh).
 test-ros:
 	bash .ci/ros_half.sh
 
@@ -67,4 +68,4 @@ bags: $(STAMP)
 	$(BIN)/python rosbags/generate.py --out rosbags
 
 clean:
-	rm -rf $(VENV) .venv-ros out build *.egg-info
+	rm -rf $(VENV) .venv-ros .venv-ros-jazzy out build *.egg-info

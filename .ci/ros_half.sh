@@ -1,88 +1,100 @@
 #!/usr/bin/env bash
-# The ROS half of `make test`: install the shared ROS 2 Humble, build this package with colcon in a
-# scratch workspace outside the source tree, and run every test in test/ros/ with real rclpy and
-# launch_testing. Zero skipped and zero failed, or this script fails; it prints how many ROS tests ran.
+# The ROS half of `make test`: test/ros/ with real rclpy on ROS 2 Humble AND on ROS 2 Jazzy.
 #
-# Environment (what the README's "Use it on a robot" steps do):
-#   - ROS 2 Humble from $SHARED_ROS2 (default ../shared/ros2): install.sh (root, idempotent), env.sh.
-#   - The node runs under /usr/bin/python3 (rclpy is built for it) from a venv made with
-#     --system-site-packages ($ROS_VENV, default .venv-ros): the memory core's pip dependencies live
-#     there, and memory_node's `#!/usr/bin/env python3` finds the venv's python once it is activated.
-#     numpy stays < 2: the generated message modules of Humble are compiled against numpy 1.x.
-#   - pytest 7 in that venv: Humble's launch_testing plugin cannot load in pytest >= 8; ollama for
-#     example_planner (test_planner.py), rosbags for the replay the bag tests compare with.
+#   bash .ci/ros_half.sh [pytest arguments]      e.g. -k bag, or a test path
+#
+# Installs the shared ROS 2 distributions from $SHARED_ROS2 (default ../shared/ros2; install.sh and
+# install-jazzy.sh, as root, idempotent, one after the other), then runs .ci/ros_distro.sh once per
+# distribution, each in a process of its own (its setup.bash sourced there only), its own venv, colcon
+# workspace, ROS_DOMAIN_ID and ROS_LOG_DIR. Both at once by default (EMEM_ROS_HALF_MODE=sequential runs
+# one after the other; EMEM_ROS_DISTROS="humble" runs one). Prints one summary line per distribution and
+# fails unless every distribution ran its tests with 0 failed and 0 skipped.
+#
+# Domains: $ROS_DOMAIN_ID_TEST_HUMBLE and $ROS_DOMAIN_ID_TEST_JAZZY, else $ROS_DOMAIN_ID_TEST for Humble
+# and the next one for Jazzy, else a random pair. The two must differ: `ros2` CLI daemons are per domain.
+#
 # Where $SHARED_ROS2 is absent (no ROS for this machine) it says so and exits 0: the ROS half is skipped.
+# A distribution whose files are not there, or that is not installed and cannot be (not root), is
+# reported SKIPPED the same way; every distribution that is there must pass.
 set -euo pipefail
 script=$(realpath "$0")
 cd "$(dirname "$script")/.."
-root=$(pwd)
 shared=${SHARED_ROS2:-../shared/ros2}
-venv=${ROS_VENV:-.venv-ros}
-# One workspace per checkout: a CMake cache made for another checkout's interpreter breaks the build.
-ws=${EMEM_ROS_WS:-${TMPDIR:-/tmp}/emem_ros_ws_$(id -u)_$(printf %s "$root" | sha1sum | cut -c1-8)}
+distros=${EMEM_ROS_DISTROS:-humble jazzy}
+mode=${EMEM_ROS_HALF_MODE:-parallel}
 
 if [ ! -f "$shared/install.sh" ] || [ ! -f "$shared/env.sh" ]; then
   echo "ROS half: SKIPPED — no ROS 2 for this machine ($shared/install.sh and env.sh not found); test/ros/ did not run"
   exit 0
 fi
-if [ "$(id -u)" = 0 ]; then
-  bash "$shared/install.sh"
-elif [ ! -f /opt/ros/humble/setup.bash ]; then
-  echo "ROS half: SKIPPED — ROS 2 Humble is not installed and installing it ($shared/install.sh) needs root"
-  exit 0
-fi
-set +u
-# shellcheck disable=SC1090,SC1091
-source "$shared/env.sh"
-set -u
-# Keep this run's graph apart from other runs on the machine.
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID_TEST:-$(( (RANDOM % 100) + 1 ))}
-export ROS_LOG_DIR=${ROS_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/emem_ros_log.XXXXXX")}
 
+installer() { case "$1" in humble) echo "$shared/install.sh" ;; jazzy) echo "$shared/install-jazzy.sh" ;; esac; }
+environment() { case "$1" in humble) echo "$shared/env.sh" ;; jazzy) echo "$shared/env-jazzy.sh" ;; esac; }
+
+base=${ROS_DOMAIN_ID_TEST:-$(( (RANDOM % 50) * 2 + 1 ))}
+export ROS_DOMAIN_ID_TEST_HUMBLE=${ROS_DOMAIN_ID_TEST_HUMBLE:-$base}
+export ROS_DOMAIN_ID_TEST_JAZZY=${ROS_DOMAIN_ID_TEST_JAZZY:-$(( base + 1 ))}
+if [ "$ROS_DOMAIN_ID_TEST_HUMBLE" = "$ROS_DOMAIN_ID_TEST_JAZZY" ]; then
+  echo "ROS half: ROS_DOMAIN_ID_TEST_HUMBLE and ROS_DOMAIN_ID_TEST_JAZZY must differ" >&2
+  exit 2
+fi
+
+runnable=()
+skipped=()
+for distro in $distros; do
+  setup="/opt/ros/$distro/setup.bash"
+  if [ -z "$(installer "$distro")" ]; then
+    echo "ROS half: unknown distribution '$distro' in EMEM_ROS_DISTROS (humble, jazzy)" >&2
+    exit 2
+  elif [ ! -f "$(installer "$distro")" ] || [ ! -f "$(environment "$distro")" ]; then
+    skipped+=("ROS half ($distro): SKIPPED — no ROS 2 ${distro^} for this machine ($(installer "$distro") not found)")
+  elif [ "$(id -u)" = 0 ]; then
+    bash "$(installer "$distro")"
+    runnable+=("$distro")
+  elif [ ! -f "$setup" ]; then
+    skipped+=("ROS half ($distro): SKIPPED — ROS 2 ${distro^} is not installed and installing it needs root")
+  else
+    runnable+=("$distro")
+  fi
+done
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/emem_ros_half.XXXXXX")
 started=$(date +%s)
-stamp="$venv/.emem-ros-installed"
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ "$script" -nt "$stamp" ]; then
-  /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/python" -m pip install --quiet 'numpy>=1.22,<2' 'hnswlib>=0.8' 'rtree>=1.1' 'scipy>=1.8' \
-    'PyYAML>=5.4' 'ollama>=0.4' 'rosbags>=0.10' 'tqdm>=4.60' 'pytest>=7,<8' 'pytest-timeout>=2'
-  "$venv/bin/python" -m pip install --quiet -r "$shared/emos-requirements.txt"  # EmbodiedAgents' deps (test_emos_*)
-  touch "$stamp"
+declare -A status
+if [ "$mode" = parallel ] && [ "${#runnable[@]}" -gt 1 ]; then
+  echo "ROS half: ${runnable[*]} in parallel (logs in $logs)"
+  declare -A pids
+  for distro in "${runnable[@]}"; do
+    bash .ci/ros_distro.sh "$distro" "$@" >"$logs/$distro.log" 2>&1 &
+    pids[$distro]=$!
+  done
+  for distro in "${runnable[@]}"; do
+    status[$distro]=0
+    wait "${pids[$distro]}" || status[$distro]=$?
+  done
+  for distro in "${runnable[@]}"; do
+    echo "======================================== ROS half ($distro) ========================================"
+    cat "$logs/$distro.log"
+  done
+else
+  for distro in "${runnable[@]}"; do
+    echo "======================================== ROS half ($distro) ========================================"
+    status[$distro]=0
+    bash .ci/ros_distro.sh "$distro" "$@" 2>&1 | tee "$logs/$distro.log" || status[$distro]=$?
+  done
 fi
-# shellcheck disable=SC1091
-source "$venv/bin/activate"
 
-mkdir -p "$ws/src"
-ln -sfn "$root" "$ws/src/emem_ros"
-if [ "$(cat "$ws/.python" 2>/dev/null)" != "$(command -v python3)" ]; then
-  rm -rf "$ws/build" "$ws/install"  # built for another interpreter (a venv since removed): start clean
-  command -v python3 >"$ws/.python"
+if [ "${#runnable[@]}" -gt 0 ]; then
+  how=$([ "$mode" = parallel ] && [ "${#runnable[@]}" -gt 1 ] && echo "in parallel" || echo "one after the other")
+  echo "ROS half: ${runnable[*]} $how, $(( $(date +%s) - started )) s wall; per distribution:"
 fi
-echo "ROS half: colcon build of emem_ros in $ws (python3 = $(command -v python3))"
-(cd "$ws" && MAKEFLAGS=-j2 colcon build --packages-select emem_ros --event-handlers console_cohesion- \
-   >"$ws/build.log" 2>&1) || { tail -50 "$ws/build.log"; echo "ROS half: colcon build FAILED"; exit 1; }
-set +u
-# shellcheck disable=SC1091
-source "$ws/install/setup.bash"
-set -u
-built=$(date +%s)
-
-report=$(mktemp "${TMPDIR:-/tmp}/emem_ros_junit.XXXXXX.xml")
-status=0
-# Plugins named, not auto-loaded: only Humble's launch_testing ones and pytest-timeout, whatever else
-# the system Python carries.
-PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -o addopts= -p launch_testing.pytest.hooks \
-  -p launch_testing_ros_pytest_entrypoint -p pytest_timeout -p no:cacheprovider -q -rfEs \
-  --junitxml="$report" test/ros "$@" || status=$?
-python - "$report" "$status" "$(( built - started ))" "$(( $(date +%s) - built ))" <<'EOF'
-import sys
-import xml.etree.ElementTree as ET
-
-suites = ET.parse(sys.argv[1]).getroot()
-suites = [suites] if suites.tag == "testsuite" else list(suites)
-count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
-ran = count["tests"] - count["skipped"]
-print(f"ROS half: {ran} ROS tests ran, {count['failures'] + count['errors']} failed, {count['skipped']} skipped "
-      f"(setup + colcon build {sys.argv[3]} s, tests {sys.argv[4]} s)")
-bad = count["failures"] + count["errors"] + count["skipped"] or int(sys.argv[2])
-sys.exit(1 if bad or ran == 0 else 0)
-EOF
+failed=0
+for distro in "${runnable[@]}"; do
+  line=$(grep -E "^ROS half \($distro\): .*(ROS tests ran|FAILED)" "$logs/$distro.log" | tail -1 || true)
+  echo "${line:-ROS half ($distro): FAILED before its tests ran (exit ${status[$distro]}; see above)}"
+  [ "${status[$distro]}" = 0 ] || failed=1
+done
+for line in "${skipped[@]}"; do
+  echo "$line"
+done
+exit "$failed"

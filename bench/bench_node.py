@@ -412,6 +412,20 @@ def table(runs: list[Run]) -> list[str]:
     return lines
 
 
+def ros_info() -> str:
+    """The sourced distribution, its rclpy and the executors it offers (the node uses the multi-threaded one)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from emem_ros.ros import distro  # the built workspace's (sourced)
+
+    try:
+        rclpy_version = version("rclpy")
+    except PackageNotFoundError:
+        rclpy_version = "?"
+    return (f"ROS 2 {distro.current() or '?'} (rclpy {rclpy_version}, RMW {os.environ.get('RMW_IMPLEMENTATION', 'default')}); "
+            f"executors in this rclpy: {', '.join(distro.executor_kinds())}; the node's: {distro.DEFAULT_EXECUTOR}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedders", default="hashing,minilm")
@@ -437,7 +451,7 @@ def main() -> int:
 
     date = datetime.datetime.now(datetime.timezone.utc)
     log_dir = Path(tempfile.mkdtemp(prefix="bench_node_logs_"))
-    header = [f"bench_node on {machine_info()}",
+    header = [f"bench_node on {machine_info()}", ros_info(),
               f"bag {BAG.name} ({BAG_SECONDS:g} s) played with --clock {args.clock_hz:g}; params config/memory.yaml "
               f"(db_path, embedding, use_sim_time, fixed_frame {FIXED_FRAME!r} changed); launch logs in {log_dir}",
               ""]

@@ -7,7 +7,7 @@
 The node is configured (parameters validated, store opened, embedder loaded)
 and, once it reports `inactive` after configuring, activated (subscriptions,
 services, timers). A failed configure leaves it `unconfigured` and logs why.
-Tested on Humble (test/ros/); written with launch / launch_ros APIs that Jazzy also has (not tested there).
+Tested on Humble and Jazzy (test/ros/, run on both by the ROS half).
 """
 
 from __future__ import annotations

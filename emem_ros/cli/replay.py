@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from emem_ros.core.errors import EmemError
+from emem_ros.ros.distro import DISTROS
 
 DEFAULT_PARAMS = Path("config") / "memory.yaml"
 EMBEDDING_CHOICES = ("auto", "onnx", "sentence_transformers", "ollama", "hashing")
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "bag's /tf and /tf_static; '' = the odometry frame")
     parser.add_argument("--base-frame", default=None, metavar="FRAME",
                         help="base_frame instead of the params' one (the robot's pose is fixed_frame <- FRAME)")
-    parser.add_argument("--distro", default="auto", choices=("auto", "humble", "jazzy"),
+    parser.add_argument("--distro", default="auto", choices=("auto", *DISTROS),
                         help="message definitions to decode with (auto: the bag's recorded distro, else humble)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -40,6 +40,7 @@ from emem_ros.replay.decoder import DecodeError, Decoder
 from emem_ros.replay.progress import make_progress
 from emem_ros.replay.summary import FramesReport, LayerReport, OdometryReport, ReplaySummary
 from emem_ros.replay.typestore import DISTROS, load_typestore
+from emem_ros.ros.distro import typestore_distro
 from emem_ros.ros.params import NodeParams
 from emem_ros.ros.pipeline import IngestPipeline
 
@@ -93,8 +94,7 @@ def replay_params(params: NodeParams, db_path: Optional[str] = None) -> NodePara
 def resolve_distro(requested: str, recorded: Optional[str]) -> str:
     choice = (requested or "auto").strip().lower()
     if choice == "auto":
-        recorded = (recorded or "").strip().lower()
-        return recorded if recorded in DISTROS else "humble"
+        return typestore_distro(recorded)
     if choice not in DISTROS:
         raise ReplayError(f"--distro must be auto, {' or '.join(DISTROS)}; got {requested!r}")
     return choice

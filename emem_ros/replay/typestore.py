@@ -20,10 +20,12 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 from emem_ros.core.errors import InvalidInputError
+from emem_ros.ros.distro import BAGS
 
 log = logging.getLogger(__name__)
 
-DISTROS: dict[str, Stores] = {"humble": Stores.ROS2_HUMBLE, "jazzy": Stores.ROS2_JAZZY}
+DISTROS: dict[str, Stores] = {name: Stores[facts.rosbags_store] for name, facts in BAGS.items()}
+"""Distribution -> its rosbags typestore (the list and the names: ``emem_ros.ros.distro.BAGS``)."""
 VISION_MSGS_DIR = Path(__file__).resolve().parent / "vision_msgs"
 OWN_PACKAGE = "emem_ros"
 

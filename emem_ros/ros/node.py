@@ -35,27 +35,18 @@ from typing import Any, Callable, Optional
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 
+from emem_ros.ros import distro
 from emem_ros.ros import services as service_table
 from emem_ros.ros.msgtypes import ImportingFactory, MessageTypeError, resolve_type
 from emem_ros.ros.params import declarations, layer_declarations
 from emem_ros.ros.runtime import ConfigureError, MemoryRuntime
-
-try:  # rclpy >= Galactic; a fallback keeps the module importable anywhere
-    from rclpy.exceptions import ParameterUninitializedException
-except ImportError:  # pragma: no cover
-    class ParameterUninitializedException(Exception):  # type: ignore[no-redef]  # absent before Galactic
-        pass
-
-try:
-    from rclpy.executors import ExternalShutdownException
-except ImportError:  # pragma: no cover
-    class ExternalShutdownException(Exception):  # type: ignore[no-redef]  # absent in old rclpy
-        pass
 
 __all__ = ["MemoryNode", "main"]
 
@@ -67,7 +58,6 @@ TF_QOS_DEPTH = 100
 ODOMETRY_CHECK_EVERY = 50
 """Odometry messages between checks whether /tf made the odometry subscription redundant."""
 CAMERA_INFO_QOS_DEPTH = 5
-_ROS_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
 
 
 class _Log:
@@ -81,7 +71,7 @@ class _Log:
         self._logger.info(message)
 
     def warning(self, message: str) -> None:
-        (getattr(self._logger, "warning", None) or self._logger.warn)(message)
+        self._logger.warning(message)
 
     def error(self, message: str) -> None:
         self.last_error = message
@@ -246,11 +236,7 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         try:
             if type_name == "STRING_ARRAY" and not default:
                 # An empty list default would be typed BYTE_ARRAY: declare the type itself.
-                try:
-                    self.declare_parameter(name, Parameter.Type.STRING_ARRAY, descriptor)
-                except TypeError:  # an rclpy without typed declarations: accept any type, check it ourselves
-                    self.declare_parameter(name, [], ParameterDescriptor(description=description,
-                                                                         dynamic_typing=True))
+                self.declare_parameter(name, Parameter.Type.STRING_ARRAY, descriptor)
             else:
                 self.declare_parameter(name, default, descriptor)
         except Exception as exc:  # InvalidParameterTypeException & co: report at configure, do not crash
@@ -286,7 +272,7 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
     def _warn_unused_overrides(self, flat: dict[str, Any]) -> None:
         overrides = getattr(self, "_parameter_overrides", None) or {}
         for name in overrides:
-            if name in flat or name in _ROS_PARAMETERS or name.startswith("qos_overrides."):
+            if name in flat or distro.is_ros_parameter(name):
                 continue
             if name.startswith("layers."):
                 layer = name.split(".")[1] if name.count(".") >= 2 else ""
@@ -477,17 +463,17 @@ def main(args: Optional[list[str]] = None) -> int:
         stop_signal.append(signum)
         stop.set()
 
-    rclpy.init(args=args, **_no_rclpy_signal_handlers())
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     node: Optional[MemoryNode] = None
-    executor: Optional[MultiThreadedExecutor] = None
+    executor: Any = None
     spinner: Optional[threading.Thread] = None
     failure: list[BaseException] = []
     closed = True
     try:
         node = MemoryNode()
         # Separate callback groups only help with threads to run them: at least one per group.
-        executor = MultiThreadedExecutor(num_threads=max(4, os.cpu_count() or 1))
+        executor = distro.make_executor(distro.DEFAULT_EXECUTOR, threads=max(4, os.cpu_count() or 1))
         executor.add_node(node)
         spinner = threading.Thread(target=_spin, args=(executor, stop, failure), name="memory-spin", daemon=True)
         spinner.start()
@@ -521,7 +507,7 @@ def main(args: Optional[list[str]] = None) -> int:
     return 0 if closed else 1
 
 
-def _spin(executor: MultiThreadedExecutor, stop: threading.Event, failure: list[BaseException]) -> None:
+def _spin(executor: Any, stop: threading.Event, failure: list[BaseException]) -> None:
     """Spin until the executor is shut down; a real error stops the process (main re-raises it)."""
     try:
         executor.spin()
@@ -533,11 +519,3 @@ def _spin(executor: MultiThreadedExecutor, stop: threading.Event, failure: list[
     finally:
         stop.set()
 
-
-def _no_rclpy_signal_handlers() -> dict[str, Any]:
-    """`rclpy.init` arguments that keep rclpy's own signal handlers out (where rclpy supports it)."""
-    try:
-        from rclpy.signals import SignalHandlerOptions
-    except ImportError:  # pragma: no cover - rclpy before Humble
-        return {}
-    return {"signal_handler_options": SignalHandlerOptions.NO}

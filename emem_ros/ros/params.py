@@ -25,6 +25,7 @@ from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import InvalidInputError
 from emem_ros.core.types import SourceType
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, Mounting
+from emem_ros.ros import distro
 from emem_ros.ros.camera import DEFAULT_HEADING_NOISE, DEFAULT_PIXEL_NOISE, CameraSpec
 from emem_ros.ros.intake import IntakeConfig
 
@@ -48,9 +49,6 @@ LLM_BACKENDS = ("none", "ollama")
 RELIABILITIES = ("reliable", "best_effort")
 DEFAULT_ST_MODEL = "all-MiniLM-L6-v2"
 
-# Parameters every rclpy node has, or that ROS adds; they are not ours to validate.
-_ROS_RESERVED = ("use_sim_time", "start_type_description_service")
-_ROS_RESERVED_PREFIXES = ("qos_overrides.",)
 
 # MemoryConfig fields that are fed from a node parameter instead of their own name.
 _MEMORY_FROM_NODE = {"embedding_model": "embedding.model", "retention_max_age": "retention.max_age",
@@ -342,7 +340,7 @@ def parse_params(flat: dict[str, Any], *, strict_types: bool = False) -> NodePar
     for name, raw in flat.items():
         if not isinstance(name, str):
             raise ParamError(f"parameter names must be strings, got {name!r}")
-        if name in _ROS_RESERVED or name.startswith(_ROS_RESERVED_PREFIXES):
+        if distro.is_ros_parameter(name):  # every rclpy node has them, or ROS adds them: not ours
             continue
         if name.startswith("layers."):
             layer, _, key = name[len("layers."):].partition(".")

@@ -1,4 +1,4 @@
-"""Forget, proven on the live node with real rclpy (ROS 2 Humble): the third path of the forget proof.
+"""Forget, proven on the live node with real rclpy (ROS 2 Humble and Jazzy): the third path of the forget proof.
 
 A canary caption arrives on the node's ``scene`` layer (std_msgs/String) with
 odometry, goes through the node's own maintenance (the consolidation, archival

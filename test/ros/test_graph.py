@@ -1,4 +1,4 @@
-"""The memory on the real ROS graph (Humble): `ros2 launch`, `ros2 bag play`, the `ros2` CLI.
+"""The memory on the real ROS graph (Humble and Jazzy): `ros2 launch`, `ros2 bag play`, the `ros2` CLI.
 
 - A bag played with `--clock` into the launched node (use_sim_time) ends up as `emem replay` of the
   same bag: the same messages per layer reach the node, the same are stored and thinned, the red

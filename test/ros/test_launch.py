@@ -1,4 +1,4 @@
-"""launch/memory.launch.py brings the memory node to `active` (launch_testing, ROS 2 Humble).
+"""launch/memory.launch.py brings the memory node to `active` (launch_testing, ROS 2 Humble and Jazzy).
 
 Runs the real launch file with a temporary params file whose db_path points
 into a temporary folder, then asks the node for its lifecycle state through

@@ -1,4 +1,4 @@
-"""The memory lifecycle node with real rclpy (ROS 2 Humble): intake, services, lifecycle cycles.
+"""The memory lifecycle node with real rclpy (ROS 2 Humble and Jazzy): intake, services, lifecycle cycles.
 
 Each test runs a MemoryNode in-process on a MultiThreadedExecutor (its own
 thread and rclpy context), drives it through the lifecycle services exactly

@@ -1,4 +1,4 @@
-"""A camera layer on the real node (rclpy, ROS 2 Humble): CameraInfo in, detections stored with their rays.
+"""A camera layer on the real node (rclpy; Humble and Jazzy): CameraInfo in, detections stored with their rays.
 
 Publishes a CameraInfo, odometry with a heading and Detection2DArrays with
 boxes to a live MemoryNode (``test_node.Harness``), then asks ``locate``: the

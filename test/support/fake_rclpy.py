@@ -121,6 +121,13 @@ class MutuallyExclusiveCallbackGroup:
     pass
 
 
+class SignalHandlerOptions(enum.Enum):
+    ALL = 0
+    SIGINT = 1
+    SIGTERM = 2
+    NO = 3
+
+
 class ExternalShutdownException(Exception):
     pass
 
@@ -386,6 +393,7 @@ def installed(make: InterfaceFactory) -> Iterator[types.ModuleType]:
         "rclpy.qos": {"DurabilityPolicy": DurabilityPolicy, "HistoryPolicy": HistoryPolicy,
                       "QoSProfile": QoSProfile, "ReliabilityPolicy": ReliabilityPolicy},
         "rclpy.exceptions": {"ParameterUninitializedException": ParameterUninitializedException},
+        "rclpy.signals": {"SignalHandlerOptions": SignalHandlerOptions},
         "rcl_interfaces": {},
         "rcl_interfaces.msg": {"ParameterDescriptor": ParameterDescriptor},
     }
