@@ -79,12 +79,16 @@ LAPTOP_LIVING = g.Thing("laptop", 12.2, 5.8, 0.5, (0.35, 0.25, 0.03))
 PERSON_SIZE = (0.5, 0.4, 1.7)
 
 
-def things_on(day: int) -> tuple[g.Thing, ...]:
+MUG_MOVES = 3
+"""The red mug is in the office from this day on (3 = Thursday)."""
+
+
+def things_on(day: int, mug_moves: int = MUG_MOVES) -> tuple[g.Thing, ...]:
     """The world on day ``day`` (0 = Monday): generate.THINGS with the moved objects where they are then."""
     out = []
     for thing in g.THINGS:
         if thing.name == "red mug":
-            thing = MUG_KITCHEN if day % 7 < 3 else MUG_OFFICE
+            thing = MUG_KITCHEN if day < mug_moves else MUG_OFFICE
         elif thing.name == "laptop" and day % 7 >= 5:
             thing = LAPTOP_LIVING
         out.append(thing)
@@ -156,14 +160,15 @@ def _body(m: WeekMessages, store: Any, topics: dict[str, g.Topic], t: float, fra
         (0, "motor_left", "ok", "mc-1", {"temperature": "44.0"}), (0, "lidar", "ok", "lidar-0", {"frequency": "10.0"})])))
 
 
-def patrol(day: int, start: float, hours: float, seed: int) -> tuple[list[g.Topic], dict[str, Any]]:
+def patrol(day: int, start: float, hours: float, seed: int, mug_moves: int = MUG_MOVES
+           ) -> tuple[list[g.Topic], dict[str, Any]]:
     """The day's patrol from ``start`` (seconds after WEEK_START): laps of the flat, as generate.record."""
     rng = random.Random(seed * 1000 + day)
     store = load_typestore("humble", own_msgs=False)
     m = WeekMessages(store)
     laps = max(1, round(hours * 3600.0 / LAP_SECONDS))
     poses = g.drive(laps)
-    things = things_on(day)
+    things = things_on(day, mug_moves)
     crowd = people(rng, poses[-1].t)
     topics = _topics(store)
     tracks = {thing: f"trk-{i + 1}" for i, thing in enumerate(things)}
@@ -251,18 +256,25 @@ def night(day: int, start: float, end: float, battery: float) -> tuple[list[g.To
 
 
 def week(out: Path, days: int = 7, hours: float = 1.0, seed: int = 7,
-         storage: StoragePlugin = StoragePlugin.SQLITE3) -> dict[str, Any]:
-    """Write every segment of ``days`` robot-days into ``out`` and return (and write) ``week.json``."""
+         storage: StoragePlugin = StoragePlugin.SQLITE3, night_hours: Optional[float] = None,
+         mug_moves: int = MUG_MOVES) -> dict[str, Any]:
+    """Write every segment of ``days`` robot-days into ``out`` and return (and write) ``week.json``.
+
+    ``night_hours``: the dock segment is cut short after this many hours (the robot is switched off
+    until the next morning: a gap in bag time), for short soaks; None = docked until 08:00.
+    ``mug_moves``: the day from which the red mug is in the office.
+    """
     out.mkdir(parents=True, exist_ok=True)
     segments = []
     for day in range(days):
         morning = day * DAY + PATROL_HOUR * 3600.0
         for kind in ("patrol", "night"):
             if kind == "patrol":
-                topics, truth = patrol(day, morning, hours, seed)
+                topics, truth = patrol(day, morning, hours, seed, mug_moves)
                 patrol_end = truth["end"] - WEEK_START
             else:
-                topics, truth = night(day, patrol_end + 1.0, morning + DAY, BATTERY_LOW)
+                until = morning + DAY if night_hours is None else min(morning + DAY, patrol_end + night_hours * 3600.0)
+                topics, truth = night(day, patrol_end + 1.0, until, BATTERY_LOW)
             name = f"{day:02d}-{WEEKDAYS[day % 7]}-{kind}"
             target = out / name
             if target.exists():
@@ -272,12 +284,13 @@ def week(out: Path, days: int = 7, hours: float = 1.0, seed: int = 7,
             segments.append(truth)
     summary: dict[str, Any] = {
         "description": "A week of robot time (rosbags/generate_week.py); times are bag time, epoch seconds.",
-        "seed": seed, "days": days, "hours": hours, "week_start": WEEK_START, "segments": segments,
+        "seed": seed, "days": days, "hours": hours, "night_hours": night_hours, "mug_moves": mug_moves,
+        "week_start": WEEK_START, "segments": segments,
         "moved": [
             {"name": "red mug", "room": "kitchen", "position": [MUG_KITCHEN.x, MUG_KITCHEN.y, MUG_KITCHEN.z],
-             "days": [d for d in range(days) if d % 7 < 3]},
+             "days": [d for d in range(days) if d < mug_moves]},
             {"name": "red mug", "room": "office", "position": [MUG_OFFICE.x, MUG_OFFICE.y, MUG_OFFICE.z],
-             "days": [d for d in range(days) if d % 7 >= 3]},
+             "days": [d for d in range(days) if d >= mug_moves]},
             {"name": "laptop", "room": "living room", "position": [LAPTOP_LIVING.x, LAPTOP_LIVING.y, LAPTOP_LIVING.z],
              "days": [d for d in range(days) if d % 7 >= 5]},
         ],
@@ -293,10 +306,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--hours", type=float, default=1.0, help="hours of patrol per day")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--night-hours", type=float, default=None,
+                        help="cut each night short after this many hours (default: docked until 08:00)")
+    parser.add_argument("--mug-moves", type=int, default=MUG_MOVES, help="day the red mug moves to the office")
     parser.add_argument("--mcap", action="store_true", help="mcap storage instead of sqlite3")
     args = parser.parse_args(argv)
     summary = week(args.out, args.days, args.hours, args.seed,
-                   StoragePlugin.MCAP if args.mcap else StoragePlugin.SQLITE3)
+                   StoragePlugin.MCAP if args.mcap else StoragePlugin.SQLITE3, args.night_hours, args.mug_moves)
     for segment in summary["segments"]:
         print(f"{segment['name']}: {(segment['end'] - segment['start']) / 3600:.2f} h, {segment['messages']} messages")
     return 0
