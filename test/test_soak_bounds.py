@@ -98,3 +98,37 @@ def test_skip_reasons_that_quote_values_are_counted_by_kind(tmp_path, clock):
 
 def test_labels_still_come_from_metadata(tmp_path):
     assert labels_of("red mug", json.dumps({"class_id": "red mug", "score": 0.91})) == ("red mug",)
+
+
+def test_where_a_moved_thing_was_survives_the_archival_of_its_sightings(tmp_path, clock):
+    """Monday to Wednesday on the kitchen table, then in the office: once the kitchen sightings are archived
+    (their text and places leave the hot tables), locate still lists the kitchen, from the entity."""
+    memory = open_memory(tmp_path / "m.db", clock, archive_after_seconds=0, maintenance_process=False)
+    try:
+        def visit(x: float, y: float) -> None:
+            for k in range(20):
+                memory.add("red mug", x=x + 0.01 * (k % 3), y=y, z=0.9, timestamp=clock.now + k,
+                           layer_name="detections_3d", metadata={"class_id": "red mug", "score": 0.9})
+            memory.flush()
+            clock.now += 60
+            age_past_window(memory, clock)
+            memory.maintenance()
+            clock.now += 1
+            memory.archive()
+
+        visit(1.0, 4.6)  # the kitchen table
+        kitchen_last = clock.now
+        clock.now += 86400
+        visit(11.9, 14.9)  # the office desk
+        memory.add("red mug", x=11.9, y=14.9, z=0.9, timestamp=clock.now, layer_name="detections_3d",
+                   metadata={"class_id": "red mug", "score": 0.9})  # seen again today (hot)
+        memory.flush()
+        tiers = dict(memory.store.reader().execute("SELECT tier, COUNT(*) FROM observations GROUP BY tier"))
+        assert tiers.get("archived", 0) >= 40
+        answer = memory.tools.call("locate", concept="where is the red mug?")
+        assert abs(answer.position[0] - 11.9) < 0.5 and abs(answer.position[1] - 14.9) < 0.5
+        kitchen = [p for p in answer.elsewhere if abs(p.position[0] - 1.0) < 0.5 and abs(p.position[1] - 4.6) < 0.5]
+        assert kitchen and kitchen[0].source == "entity" and kitchen[0].last_stamp <= kitchen_last
+        assert "a remembered entity" in str(answer)
+    finally:
+        memory.close()
