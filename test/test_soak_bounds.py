@@ -132,3 +132,25 @@ def test_where_a_moved_thing_was_survives_the_archival_of_its_sightings(tmp_path
         assert "a remembered entity" in str(answer)
     finally:
         memory.close()
+
+
+def test_a_night_on_the_dock_is_consolidated_while_the_robot_is_still_there(tmp_path, clock):
+    """Docked at one place all night, a caption every minute: the visit never ends, and time-window
+    consolidation used to defer an open visit however long it lasted (short-term for days). Now a visit
+    open for a consolidation window is closed: nothing waits more than two windows."""
+    memory = open_memory(tmp_path / "m.db", clock, maintenance_process=False)
+    try:
+        start = clock.now
+        for k in range(6 * 60):  # six hours, one caption a minute, at the dock
+            memory.add("a hallway, docked at the charging station", x=7.0, y=2.0, timestamp=start + 60 * k,
+                       layer_name="scene")
+        memory.flush()
+        clock.now = start + 6 * 3600 + 30  # still docked: the last caption was 30 s ago
+        memory.consolidate_time_window()
+        oldest = memory.store.reader().execute(
+            "SELECT MIN(stamp) FROM observations WHERE tier = 'short_term'").fetchone()[0]
+        window = memory.config.consolidation_window
+        assert oldest is not None and clock.now - oldest <= 2 * window, (clock.now - oldest) / 3600
+        assert memory.store.counts()["gists"] >= 1
+    finally:
+        memory.close()
