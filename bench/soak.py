@@ -442,7 +442,7 @@ def by_day(soak: Soak) -> list[dict[str, Any]]:
 
 def verdict(soak: Soak) -> dict[str, Any]:
     """The issue's targets, each with its figures."""
-    days = by_day(soak)
+    days = [d for d in by_day(soak) if d["day"] < int(soak.config["days"])]  # the last night ends on day `days`
     out: dict[str, Any] = {}
     if len(days) >= 2:
         first, last = days[0], days[-1]
@@ -516,12 +516,14 @@ def picture(runs: list[tuple[str, Soak]], path: Path) -> None:
     for label, soak in runs:
         days = [s.day for s in soak.samples]
         axes[0].plot(days, [s.rss_node_mb for s in soak.samples], label=f"node {label}")
-        axes[0].plot(days, [s.rss_maint_mb for s in soak.samples], "--", label=f"maintenance {label}")
-        calls = [(r, ms) for r, t, ms, ok in soak.calls if t == "locate" and ok]
+        busy = [s for s in soak.samples if s.rss_maint_mb > 0]  # it exits when idle and starts again
+        axes[0].plot([s.day for s in busy], [s.rss_maint_mb for s in busy], ".", ms=2,
+                     label=f"maintenance {label}")
+        calls = [(r, ms) for r, t, ms, ok in soak.calls if t == "locate" and ok and r >= soak.week_start]
         axes[1].plot([(r - soak.week_start) / 86400 for r, _ in calls], [ms for _, ms in calls], ".", ms=2,
                      label=f"locate {label}")
         axes[2].plot(days, [sum(s.files.values()) / 1e6 for s in soak.samples], label=label)
-        axes[3].plot(days, [s.backlog_s / 60 for s in soak.samples], label=f"consolidation {label}")
+        axes[3].plot(days, [s.backlog_s / 3600 for s in soak.samples], label=f"oldest short-term, {label}")
         for e in soak.events[1:]:
             for ax in axes:
                 ax.axvline((e["robot"] - soak.week_start) / 86400, color="red" if "KILL" in e["what"] else "grey",
@@ -530,7 +532,7 @@ def picture(runs: list[tuple[str, Soak]], path: Path) -> None:
     axes[1].set_ylabel("locate (ms)")
     axes[1].set_yscale("log")
     axes[2].set_ylabel("disk (MB)")
-    axes[3].set_ylabel("backlog (min)")
+    axes[3].set_ylabel("backlog (h)")
     axes[3].set_xlabel("robot time (days since Monday 00:00); grey: daily restart, red: SIGKILL")
     for ax in axes:
         ax.legend(fontsize=7, loc="upper left")
@@ -587,9 +589,16 @@ def main() -> int:
     parser.add_argument("--draw", nargs="+", type=Path, default=None, metavar="STEM",
                         help="only draw saved runs (bench/results/soak-<date>[-retention]) into --picture")
     args = parser.parse_args()
-    if args.draw:
-        runs = [("retention on" if load(stem).config["retention"] else "default config", load(stem))
-                for stem in args.draw]
+    if args.draw:  # saved runs: their reports again (this code's verdict) and one picture
+        runs = []
+        for stem in args.draw:
+            saved = load(stem)
+            label = f"{stem.name}: " + ("retention on" if saved.config["retention"] else "default config")
+            stem.with_suffix(".md").write_text("\n".join(report(saved, label)) + "\n")
+            data = json.loads(stem.with_suffix(".json").read_text())
+            data["verdict"], data["days"] = verdict(saved), by_day(saved)
+            stem.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+            runs.append((label, saved))
         picture(runs, args.picture or ROOT / "docs" / "soak.png")
         return 0
     soak = run(args.days, args.hours, args.seed, night_hours=args.night_hours, patrol_rate=args.patrol_rate,
