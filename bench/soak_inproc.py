@@ -118,24 +118,18 @@ with BagReader(bag) as reader:
                 lib = ctypes.CDLL("libsqlite3.so.0")
                 lib.sqlite3_memory_used.restype = ctypes.c_int64
                 st = memory.store
-                hn = {k: v.count if hasattr(v, "count") else "?" for k, v in st.vectors.items()}
-                print(f"      sqlite {lib.sqlite3_memory_used()/1e6:.1f} MB  py {tracemalloc.get_traced_memory()[0]/1e6 if tracemalloc.is_tracing() else -1:.1f} MB  "
-                      f"hnsw {[(k, len(v)) for k, v in st.vectors.items() if hasattr(v, '__len__')]}  places {len(st.place_cache._cols.get('id', []))}", flush=True)
-                if "--py" in sys.argv:
+                heap = tracemalloc.get_traced_memory()[0] / 1e6 if tracemalloc.is_tracing() else -1.0
+                vectors = [(k, len(v)) for k, v in st.vectors.items()]
+                print(f"      sqlite {lib.sqlite3_memory_used() / 1e6:.1f} MB  py {heap:.1f} MB  hnsw {vectors}",
+                      flush=True)
+                if tracemalloc.is_tracing():
                     snap = tracemalloc.take_snapshot()
                     if snap0 is None:
                         snap0 = snap
                     else:
-                        for st in snap.compare_to(snap0, "lineno")[:8]:
+                        for st in snap.compare_to(snap0, "traceback" if trace else "lineno")[:8]:
                             print("   ", st)
-                if trace:
-                    snap = tracemalloc.take_snapshot()
-                    if snap0 is None:
-                        snap0 = snap
-                    else:
-                        for st in snap.compare_to(snap0, "traceback")[:6]:
-                            print("   ", st)
-                            for line in st.traceback.format()[-8:]:
+                            for line in st.traceback.format()[-8:] if trace else []:
                                 print("      ", line)
     if "--who" in sys.argv:
         from emem_ros.consolidation.rows import ObsRow
