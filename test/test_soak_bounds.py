@@ -154,3 +154,19 @@ def test_a_night_on_the_dock_is_consolidated_while_the_robot_is_still_there(tmp_
         assert memory.store.counts()["gists"] >= 1
     finally:
         memory.close()
+
+
+def test_the_archive_job_of_the_node_timers_applies_retention(tmp_path, clock):
+    """The ROS node queues 'entities', 'time_window' and 'archive' jobs, never 'maintenance': retention
+    rules must run with the archive job, or they do nothing on a robot (the soak's retention run)."""
+    memory = open_memory(tmp_path / "m.db", clock, retention_max_age={"scene": 3600.0})
+    try:
+        now = clock.now
+        old = memory.add("a kitchen with a table", x=1.0, y=1.0, timestamp=now - 7200, layer_name="scene")
+        new = memory.add("a kitchen with a sofa", x=1.0, y=1.0, timestamp=now - 60, layer_name="scene")
+        memory.flush()
+        memory.submit_job("archive").result(timeout=60)
+        left = {f"obs-{r[0]}" for r in memory.store.reader().execute("SELECT id FROM observations")}
+        assert old not in left and new in left
+    finally:
+        memory.close()
