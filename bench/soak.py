@@ -75,7 +75,8 @@ TOOLS = (("locate", "Locate"), ("semantic_search", "SemanticSearch"), ("recall",
 
 
 # ---------------------------------------------------------------------- parameters
-def write_params(folder: Path, embedder: str, retention: bool) -> tuple[Path, Path, dict[str, Any]]:
+def write_params(folder: Path, embedder: str, retention: bool, retention_age: float = RETENTION_AGE
+                 ) -> tuple[Path, Path, dict[str, Any]]:
     import yaml
 
     tree = yaml.safe_load(PARAMS.read_text())
@@ -84,7 +85,7 @@ def write_params(folder: Path, embedder: str, retention: bool) -> tuple[Path, Pa
     params["db_path"] = str(db_path)
     params["embedding"] = dict(EMBEDDERS[embedder])
     if retention:
-        params["retention"] = {"max_age": json.dumps({name: RETENTION_AGE for name in params["layer_names"]}),
+        params["retention"] = {"max_age": json.dumps({name: retention_age for name in params["layer_names"]}),
                                "rules": ""}
         params["archive_retention"] = "drop"
     out = folder / "params.yaml"
@@ -231,6 +232,7 @@ def run(days: int = 7, hours: float = 0.5, seed: int = 7, *, night_hours: Option
         patrol_rate: float = 20.0, night_rate: float = 1000.0, retention: bool = False, embedder: str = "hashing",
         kill_day: Optional[int] = None, mug_moves: int = generate_week.MUG_MOVES, ask_day: Optional[int] = None,
         sample_period: float = 3.0, query_period: float = 1.0, domain: Optional[int] = None,
+        retention_age: float = RETENTION_AGE,
         folder: Optional[Path] = None, say: Any = print) -> Soak:
     """Generate the week, play it into the launched node, sample; see the module docstring."""
     folder = Path(folder or tempfile.mkdtemp(prefix="emem_soak_"))
@@ -239,9 +241,10 @@ def run(days: int = 7, hours: float = 0.5, seed: int = 7, *, night_hours: Option
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) or random.randint(100, 199) if domain is None else domain
     say(f"soak: generating {days} robot-day(s) ({hours:g} h patrol each) in {folder}")
     week = generate_week.week(folder / "bags", days, hours, seed, night_hours=night_hours, mug_moves=mug_moves)
-    params_path, db_path, params = write_params(folder, embedder, retention)
+    params_path, db_path, params = write_params(folder, embedder, retention, retention_age)
     soak = Soak(config={"days": days, "hours": hours, "night_hours": night_hours, "seed": seed,
                         "patrol_rate": patrol_rate, "night_rate": night_rate, "retention": retention,
+                        "retention_age": retention_age if retention else None,
                         "embedder": embedder, "kill_day": kill_day, "mug_moves": mug_moves, "ask_day": ask_day,
                         "consolidation_window": params["consolidation_window"],
                         "archive_after_seconds": params["archive_after_seconds"], "machine": machine_info(),
@@ -549,7 +552,7 @@ def report(soak: Soak, label: str) -> list[str]:
              f"{c['days']} robot-day(s): {c['hours']:g} h patrol + night "
              f"({'docked until 08:00' if c['night_hours'] is None else str(c['night_hours']) + ' h'}); "
              f"patrol at {c['patrol_rate']:g}x, night at {c['night_rate']:g}x; embedder {c['embedder']}; "
-             f"retention {'on (2 days, drop)' if c['retention'] else 'off'}; SIGKILL on day {c['kill_day']}",
+             f"retention {_retention_words(c)}; SIGKILL on day {c['kill_day']}",
              f"load average before / after: {soak.load[0]} / {soak.load[-1] if len(soak.load) > 1 else '?'}", "",
              "| day | observations | RSS node MB | RSS maint MB | disk MB | locate p50/p95 ms | search p50/p95 ms "
              "| recall p50/p95 ms | backlog max min | archive late max min |",
@@ -571,6 +574,12 @@ def report(soak: Soak, label: str) -> list[str]:
     return lines
 
 
+def _retention_words(config: dict[str, Any]) -> str:
+    if not config["retention"]:
+        return "off"
+    return f"on ({float(config.get('retention_age') or RETENTION_AGE) / 86400:g} days, drop)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=int, default=7)
@@ -579,7 +588,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--patrol-rate", type=float, default=20.0)
     parser.add_argument("--night-rate", type=float, default=1000.0)
-    parser.add_argument("--retention", action="store_true", help="retention rules on (two days, text dropped)")
+    parser.add_argument("--retention", action="store_true", help="retention rules on (text dropped)")
+    parser.add_argument("--retention-days", type=float, default=RETENTION_AGE / 86400, help="their horizon")
     parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="hashing")
     parser.add_argument("--kill-day", type=int, default=None, help="day whose patrol is SIGKILLed (default: middle)")
     parser.add_argument("--sample", type=float, default=3.0, help="wall seconds between samples")
@@ -603,7 +613,7 @@ def main() -> int:
         return 0
     soak = run(args.days, args.hours, args.seed, night_hours=args.night_hours, patrol_rate=args.patrol_rate,
                night_rate=args.night_rate, retention=args.retention, embedder=args.embedder,
-               kill_day=args.kill_day, sample_period=args.sample)
+               kill_day=args.kill_day, sample_period=args.sample, retention_age=args.retention_days * 86400)
     label = "retention on" if args.retention else "default config"
     lines = report(soak, label)
     print("\n".join(lines))
