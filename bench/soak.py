@@ -175,16 +175,22 @@ def read_db(db_path: Path, query: str, params: tuple[Any, ...] = ()) -> Any:
         conn.close()
 
 
-def backlog(db_path: Path, now: float, archive_after: float) -> tuple[float, float]:
-    """(age of the oldest short-term observation, how late the oldest archivable long-term one is), s."""
+def backlog(db_path: Path, now: float, archive_after: float, window: float) -> tuple[float, float, int]:
+    """(age of the oldest short-term observation, how late the oldest archivable long-term one is (s),
+    short-term rows older than two consolidation windows).
+
+    The count is the better measure: rows time-window consolidation judged noise stay short-term for
+    good, so a handful of them make the oldest age rise however well consolidation keeps up."""
     try:
         short, = read_db(db_path, "SELECT MIN(stamp) FROM observations WHERE tier = 'short_term'")
         since, = read_db(db_path, "SELECT MIN(tier_since) FROM observations WHERE tier = 'long_term'")
+        overdue, = read_db(db_path, "SELECT COUNT(*) FROM observations WHERE tier = 'short_term' AND stamp < ?",
+                           (now - 2 * window,))
     except sqlite3.Error:
-        return math.nan, math.nan
+        return math.nan, math.nan, -1
     age = now - short if short is not None else 0.0
     late = max(0.0, now - since - archive_after) if since is not None else 0.0
-    return age, late
+    return age, late, int(overdue)
 
 
 def committed(db_path: Path, since: float) -> tuple[int, int]:
@@ -209,6 +215,8 @@ class Sample:
     backlog_s: float
     archive_late_s: float
     files: dict[str, int]
+    overdue_rows: int = 0
+    """Short-term rows older than two consolidation windows (see ``backlog``)."""
     settling: bool = False
     """Within ``SETTLE`` s of robot time after a gap in bag time (the robot was off): everything stored
     before the gap is suddenly old until the first consolidation pass; not counted as backlog."""
@@ -338,6 +346,7 @@ def _play(soak: Soak, segment: dict[str, Any], rate: float, node: Node, client: 
 
 def _sample(soak: Soak, segment: dict[str, Any], node: Node, client: Client, db_path: Path, archive_after: float,
             mark: Optional[tuple[float, float]]) -> Optional[tuple[float, float]]:
+    window = float(soak.config["consolidation_window"])
     pid = node.pid
     assert pid is not None
     try:
@@ -347,7 +356,7 @@ def _sample(soak: Soak, segment: dict[str, Any], node: Node, client: Client, db_
     now = time.monotonic()
     percent = 100.0 * (cpu - mark[1]) / max(now - mark[0], 1e-6) if mark is not None else math.nan
     robot = client.sim_now
-    age, late = backlog(db_path, robot, archive_after)
+    age, late, overdue = backlog(db_path, robot, archive_after, window)
     try:
         observations = int(read_db(db_path, "SELECT COUNT(*) FROM observations")[0])
     except sqlite3.Error:
@@ -356,7 +365,8 @@ def _sample(soak: Soak, segment: dict[str, Any], node: Node, client: Client, db_
         wall=time.time(), robot=robot, day=(robot - soak.week_start) / 86400.0, segment=segment["name"],
         rss_node_mb=round(rss_mb(pid), 1), rss_maint_mb=round(children_rss_mb(pid), 1),
         cpu_node=round(percent, 1), load1=os.getloadavg()[0], observations=observations, backlog_s=round(age, 1),
-        archive_late_s=round(late, 1), files=file_sizes(db_path), settling=robot < segment["settle_until"]))
+        archive_late_s=round(late, 1), files=file_sizes(db_path), overdue_rows=overdue,
+        settling=robot < segment["settle_until"]))
     return now, cpu
 
 
@@ -419,7 +429,8 @@ def by_day(soak: Soak) -> list[dict[str, Any]]:
     """Per robot-day: RSS at its end, p50/p95 of each tool, largest backlog, disk at its end."""
     days: dict[int, dict[str, Any]] = {}
     for s in soak.samples:
-        d = days.setdefault(int(s.day), {"day": int(s.day), "backlog_max_s": 0.0, "archive_late_max_s": 0.0})
+        d = days.setdefault(int(s.day), {"day": int(s.day), "backlog_max_s": 0.0, "archive_late_max_s": 0.0,
+                                         "overdue_rows_max": 0})
         d["rss_maint_mb"] = max(d.get("rss_maint_mb", 0.0), s.rss_maint_mb)  # it exits when idle: its peak
         d.update({"rss_node_mb": s.rss_node_mb,
                   "disk_mb": round(sum(s.files.values()) / 1e6, 2), "observations": s.observations,
@@ -427,6 +438,7 @@ def by_day(soak: Soak) -> list[dict[str, Any]]:
         if not math.isnan(s.backlog_s) and not s.settling:
             d["backlog_max_s"] = max(d["backlog_max_s"], s.backlog_s)
             d["archive_late_max_s"] = max(d["archive_late_max_s"], s.archive_late_s)
+            d["overdue_rows_max"] = max(d["overdue_rows_max"], s.overdue_rows)
     for robot, tool, ms, ok in soak.calls:
         d = days.get(int((robot - soak.week_start) / 86400.0))
         if d is not None and ok and not math.isnan(ms):
@@ -460,6 +472,7 @@ def verdict(soak: Soak) -> dict[str, Any]:
     out["backlog_max_s"] = max((d["backlog_max_s"] for d in days), default=math.nan)
     out["backlog_windows"] = round(out["backlog_max_s"] / window, 2)
     out["archive_late_max_s"] = max((d["archive_late_max_s"] for d in days), default=math.nan)
+    out["overdue_rows_max"] = max((d["overdue_rows_max"] for d in days), default=0)
     out["lost"] = sum(e.get("lost", 0) for e in soak.events)
     out["restarts"] = sum(1 for e in soak.events if "SIGTERM" in e["what"])
     out["kills"] = sum(1 for e in soak.events if "SIGKILL" in e["what"])
@@ -477,11 +490,12 @@ def save(soak: Soak, stem: Path) -> None:
     with stem.with_suffix(".csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["wall", "robot", "day", "segment", "rss_node_mb", "rss_maint_mb", "cpu_node", "load1",
-                         "observations", "backlog_s", "archive_late_s", "settling", *[f"bytes{n}" for n in names]])
+                         "observations", "backlog_s", "archive_late_s", "overdue_rows", "settling",
+                         *[f"bytes{n}" for n in names]])
         for s in soak.samples:
             writer.writerow([round(s.wall, 1), round(s.robot, 1), round(s.day, 4), s.segment, s.rss_node_mb,
                              s.rss_maint_mb, s.cpu_node, round(s.load1, 2), s.observations, s.backlog_s,
-                             s.archive_late_s, int(s.settling), *[s.files.get(n, 0) for n in names]])
+                             s.archive_late_s, s.overdue_rows, int(s.settling), *[s.files.get(n, 0) for n in names]])
     with stem.with_name(stem.name + "-calls").with_suffix(".csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["robot", "tool", "ms", "ok"])
@@ -503,7 +517,8 @@ def load(stem: Path) -> Soak:
             soak.samples.append(Sample(float(row["wall"]), float(row["robot"]), float(row["day"]), row["segment"],
                                        float(row["rss_node_mb"]), float(row["rss_maint_mb"]), float(row["cpu_node"]),
                                        float(row["load1"]), int(row["observations"]), float(row["backlog_s"]),
-                                       float(row["archive_late_s"]), files, row.get("settling") == "1"))
+                                       float(row["archive_late_s"]), files, int(row.get("overdue_rows") or 0),
+                                       row.get("settling") == "1"))
     with stem.with_name(stem.name + "-calls").with_suffix(".csv").open() as handle:
         soak.calls = [(float(r["robot"]), r["tool"], float(r["ms"]), r["ok"] == "1") for r in csv.DictReader(handle)]
     return soak

@@ -46,8 +46,8 @@ def test_two_short_robot_days_with_a_restart_and_a_crash(tmp_path):
     assert days[1]["observations"] > days[0]["observations"]
     assert days[1]["rss_node_mb"] <= 1.25 * days[0]["rss_node_mb"], days
     assert days[1]["rss_node_mb"] < 300 and days[1]["rss_maint_mb"] < 200, days
-    window = float(result.config["consolidation_window"])
-    assert max(d["backlog_max_s"] for d in days) <= 2 * window, days
+    # nothing waits more than two consolidation windows, but the odd row judged noise (stays short-term)
+    assert max(d["overdue_rows_max"] for d in days) <= max(3, days[1]["observations"] // 200), days
     assert result.calls and not [c for c in result.calls if not c[3]], "a service call failed"
 
     mug = result.mug
