@@ -51,6 +51,10 @@ class ClusterParams:
     min_dwell: float = 5.0
     max_duration: float = 1800.0
     """Time-only clusters (no positions) never span more than this."""
+    max_open: Optional[float] = None
+    """A cluster still open at the horizon is closed anyway once it began this long before it (a robot
+    docked all night at the place its patrols start from never leaves: deferring its visit kept a
+    night's observations short-term for days, issue 26). None: deferred however long it lasts."""
 
     def __post_init__(self) -> None:
         for name in ("eps", "time_gap", "max_extent", "max_duration"):
@@ -207,6 +211,11 @@ def _time_only(order: Sequence[int], t: Sequence[float], p: ClusterParams) -> li
     return clusters
 
 
+def _overdue(first: float, horizon: Optional[float], params: ClusterParams) -> bool:
+    """The open cluster began ``max_open`` or more before the horizon: close it rather than defer it."""
+    return params.max_open is not None and horizon is not None and horizon - first >= params.max_open
+
+
 def cluster_stream(stamps: Sequence[float], xs: Sequence[Optional[float]], ys: Sequence[Optional[float]],
                    params: ClusterParams, horizon: Optional[float] = None) -> StreamClusters:
     """Cluster one stream (one layer, or all layers together) by place and time.
@@ -246,18 +255,19 @@ def cluster_stream(stamps: Sequence[float], xs: Sequence[Optional[float]], ys: S
                     while k + 1 < len(starts) and starts[k + 1] <= tl[i]:
                         k += 1
                     clusters[k].append(i)
-            if open_segment:
+            first = (min(tl[i] for i in clusters[-1]) if clusters and clusters[-1] else tl[run[0]] if run
+                     else math.inf)
+            if open_segment and not _overdue(first, horizon, params):
                 tail = clusters.pop()
                 out.deferred.extend(tail)
                 out.deferred.extend(run)
-                first = min(tl[i] for i in tail) if tail else tl[run[0]]
                 out.deferred_from = first if out.deferred_from is None else min(out.deferred_from, first)
             elif run:
                 clusters.append(run)  # left at the very end: a place of its own, or noise below
         else:
             mixed = False
             clusters = _time_only(seg.tolist(), tl, params)
-            if open_segment:
+            if open_segment and not _overdue(tl[clusters[-1][0]], horizon, params):
                 tail = clusters.pop()
                 out.deferred.extend(tail)
                 first = tl[tail[0]]

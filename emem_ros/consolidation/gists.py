@@ -127,6 +127,7 @@ def cluster_params(config: MemoryConfig, *, min_samples: Optional[int] = None) -
         max_size=int(config.consolidation_max_size),
         min_dwell=float(config.consolidation_min_dwell),
         max_duration=float(config.consolidation_window),
+        max_open=float(config.consolidation_window) if min_samples is None else None,  # time-window pass only
     )
 
 

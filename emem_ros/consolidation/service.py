@@ -152,7 +152,7 @@ class ConsolidationService:
             "maintenance": self._maintenance,
             "time_window": self._time_window,
             "entities": self._entities,
-            "archive": self._archive,
+            "archive": self._archive_and_retention,
         }
         if kind not in jobs:
             raise InvalidInputError(f"unknown consolidation job {kind!r}; use one of {', '.join(jobs)}")
@@ -199,6 +199,15 @@ class ConsolidationService:
         if self.retention is not None and not stop.is_set():
             report.retention = self.retention()
         report.seconds = time.perf_counter() - started
+        return report
+
+    def _archive_and_retention(self, stop: threading.Event) -> ArchiveReport:
+        """The 'archive' job of timers that schedule the steps one by one (the ROS node's archive_period):
+        archival, then the retention policies, as ``maintenance`` does. Before issue 26 only
+        ``maintenance`` applied them, which the node never queues: retention rules did nothing live."""
+        report = self._archive(stop)
+        if self.retention is not None and not stop.is_set():
+            self.retention()
         return report
 
     def _archive(self, stop: threading.Event) -> ArchiveReport:

@@ -47,6 +47,9 @@ from emem_ros.ros.pose_history import PoseHistory
 log = logging.getLogger(__name__)
 
 _DIGITS = re.compile(r"\d+(\.\d+)?")
+MAX_SKIP_REASONS = 64
+"""Distinct skip reasons counted word for word per layer; later ones are counted with their numbers as '#'
+(a reason that quotes a value would otherwise add a key per message, for days)."""
 _MAX_LOGGED_REASONS = 64
 TF_STALL = 5.0
 """Seconds of stamped sensor messages a draft waits beyond ``tf_timeout`` when /tf has stopped (or lags
@@ -467,7 +470,10 @@ class IngestPipeline:
 
     def _skip(self, layer: str, reason: str) -> None:
         with self._lock:
-            self._counts[layer].skipped[reason] += 1
+            skipped = self._counts[layer].skipped
+            if reason not in skipped and len(skipped) >= MAX_SKIP_REASONS:  # values in reasons: count by kind
+                reason = _DIGITS.sub("#", reason)
+            skipped[reason] += 1
         self._log_once(layer, _DIGITS.sub("#", reason), f"layer {layer}: {reason} (logged once per reason)")
 
     def _log_once(self, layer: str, kind: str, message: str) -> None:

@@ -45,8 +45,9 @@ COLUMNS = "id, text_id, layer, count, sx, sy, sz, first_stamp, last_stamp, last_
 MAX_ROWS = 1_000_000
 """Places mirrored at most (~110 B each); a bigger table (a stream of unique texts makes one place per
 observation) is queried in SQLite instead."""
-MAX_CHANGES = 500_000
-"""Changed keys remembered; a cache further behind reads everything again."""
+MAX_CHANGES = 100_000
+"""Changed keys remembered for a cache nobody asks (about 10 MB); a cache further behind reads everything
+again (one pass over the places table, which is small)."""
 
 
 class PlaceChanges:
@@ -75,12 +76,19 @@ class PlaceChanges:
             self.epoch += 1
 
     def since(self, seq: int, epoch: int) -> tuple[Optional[list[Change]], int, int]:
-        """(keys recorded after ``seq`` or None when they are no longer known, seq, epoch)."""
+        """(keys recorded after ``seq`` or None when they are no longer known, seq, epoch).
+
+        The log has one reader (its cache), which asks again only with the seq returned here: keys
+        handed out are dropped, so the log holds what happened since the last question, not the
+        history (it held every key of a day's commits before: RSS that grew with the memory)."""
         with self._lock:
             if epoch != self.epoch or seq < self._first:
-                return None, self.seq, self.epoch
-            start = seq - self._first
-            keys = [self._keys[i] for i in range(start, len(self._keys))] if start < len(self._keys) else []
+                keys: Optional[list[Change]] = None
+            else:
+                start = seq - self._first
+                keys = [self._keys[i] for i in range(start, len(self._keys))] if start < len(self._keys) else []
+            self._keys.clear()
+            self._first = self.seq
             return keys, self.seq, self.epoch
 
 

@@ -56,6 +56,14 @@ __all__ = ["MemoryStore", "NewObservation", "Place", "WriteReport", "EmbedFn", "
 
 log = logging.getLogger(__name__)
 
+WRITER_CACHE_KIB = 8192
+"""SQLite page cache of the writer connection (KiB). Each connection's cache fills up to its size with
+pages it touched and stays full, in the process's RSS: at 64 MiB each (before issue 26) a node's RSS
+grew with its file for days (writer, checkpointer and one reader per thread). Inserts touch the
+right-hand pages of each index; the OS page cache keeps the rest of the file warm anyway."""
+READER_CACHE_KIB = 2048
+"""Page cache of every other connection (readers, one per thread; the WAL checkpointer): SQLite's default."""
+
 
 def check_db_path(path: Path) -> None:
     """Fail early, in plain words, on a path SQLite would reject obscurely."""
@@ -98,7 +106,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self.state = StoreState(self._connect(), WriterLock(), TextCache(config.embedding_cache_size))
+        self.state = StoreState(self._connect(WRITER_CACHE_KIB), WriterLock(), TextCache(config.embedding_cache_size))
         """What the store's parts share (see ``state.py``)."""
         self.commits = CommitFeed()
         """Told of each commit, after COMMIT, under the writer lock (see ``events.py``)."""
@@ -155,7 +163,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
             self.open_indexes()
 
     # ------------------------------------------------------------------ connections
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, cache_kib: int = READER_CACHE_KIB) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
@@ -163,7 +171,7 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA temp_store=MEMORY")
-            conn.execute("PRAGMA cache_size=-65536")
+            conn.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA secure_delete=ON")  # deleted rows are zeroed, not left in free space (forget)
         except sqlite3.DatabaseError as exc:

@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from emem_ros.core.types import NodeKind, make_id, rounded
+from emem_ros.core.types import NodeKind, Position, make_id, rounded
 from emem_ros.engine.positions import ROBOT, ROBOT_SOURCE
 from emem_ros.geometry.rays import DEFAULT_VIEW_RANGE, RaySet
 from emem_ros.geometry.uncertainty import COVERAGE, Region
@@ -56,6 +56,8 @@ MIN_RELEVANCE = 0.01
 """Texts weighing less than this next to the best match are not read at all."""
 MAX_PLACES = 2000
 OTHER_PLACES = 4
+ENTITY_APART = 3.0
+"""m: an entity of the answer's name this far from every place listed is another place the thing was."""
 MAX_RAYS_READ = 500
 """Sightings (in camera layers) up to which every ray is read; beyond, one ray per place."""
 MAX_RAY_PLACES = 400
@@ -158,6 +160,10 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
         elsewhere=[PlaceCluster(p.position, p.radius, round(p.weight / total, 3), p.count, p.last,
                                 names.get(p.label, ""), p.kind, p.poses) for p in placements[1: 1 + OTHER_PLACES]],
         source=best.kind, poses=best.poses, segment=best.segment, view_range=best.view_range)
+    if not f.timed and f.layer is None and len(result.elsewhere) < OTHER_PLACES:
+        result.elsewhere += _entities_elsewhere(env, names.get(best.label, ""),
+                                                [best.position, *(p.position for p in result.elsewhere)],
+                                                OTHER_PLACES - len(result.elsewhere))
     note = _placed_note(best, robot_layers, sorted(set(rays[2][best.members].tolist())) if rays is not None
                         and best.kind in (placing.BEARINGS, placing.RAY) else [])
     if note:
@@ -166,6 +172,31 @@ def _locate(env: ToolEnv, concept: str, f: Filters, n: int, now: float, hits: bo
         result.notes.append(f"seen very often in this window: only the newest sightings of "
                             f"{', '.join(repr(names.get(t, '')) for t in sorted(set(capped)))} were counted")
     return _Located(result, ranked, agg)
+
+
+def _entities_elsewhere(env: ToolEnv, label: str, listed: list[Position], limit: int) -> list[PlaceCluster]:
+    """Places an entity of this name stands for that no listed place covers (issue 26).
+
+    Archival deletes a text whose hot observations are all archived, and its places with it: a thing
+    seen every day becomes a new text each morning, and the places it was at before (the red mug on
+    the kitchen table until Wednesday) leave locate's evidence. Its entities keep where and when it
+    was; they are listed with weight 0 (the answer stays what the evidence says).
+    """
+    if not label:
+        return []
+    rows = env.store.reader().execute(
+        "SELECT x, y, z, spread, sightings, last_seen FROM entities WHERE name = ? COLLATE NOCASE"
+        " AND x IS NOT NULL AND y IS NOT NULL ORDER BY last_seen DESC LIMIT 20", (label,)).fetchall()
+    out: list[PlaceCluster] = []
+    for x, y, z, spread, sightings, last in rows:
+        if len(out) >= limit:
+            break
+        if all(math.hypot(x - p[0], y - p[1]) > ENTITY_APART for p in listed):
+            position = (float(x), float(y), float(z or 0.0))
+            out.append(PlaceCluster(position, max(float(spread or 0.0), 0.1), 0.0, int(sightings), float(last),
+                                    label, "entity"))
+            listed.append(position)
+    return out
 
 
 def _from(placements: list[placing.Placement], source: "_Evidence") -> list[placing.Placement]:

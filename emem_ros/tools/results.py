@@ -247,6 +247,8 @@ def placed_by(source: Optional[str], poses: int, view_range: Optional[float]) ->
     if source == "robot pose":
         within = f" (within {view_range:g} m of it)" if view_range else ""
         return f"the robot's pose only{within}"
+    if source == "entity":
+        return "a remembered entity; its sightings are archived"
     return ""
 
 

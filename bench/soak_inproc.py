@@ -1,0 +1,155 @@
+"""In-process soak: a bag through the node's ingest pipeline and timers, RSS of this process and its maintenance child.
+
+How issue 26's growth was found (no ROS needed): the bag is read with the replay's reader and fed to
+``IngestPipeline`` in bag time, as the node does; every 60 s of bag time the buffered observations are
+flushed and entities + time-window consolidation run (in the maintenance process, as the node's
+consolidation timer does), every 600 s archival; every 300 s ``locate`` and ``semantic_search`` are
+asked. Every 30 robot-minutes it prints RSS (this process and the maintenance process), SQLite's own
+heap (``sqlite3_memory_used``), and with ``--py`` Python's traced heap and the lines that grew most.
+
+    python rosbags/generate.py --out /tmp/g --laps 80        # (or any bag of the patrol's topics)
+    PYTHONPATH=. python bench/soak_inproc.py /tmp/g/patrol_db3 /tmp/m.db [--py] [--inproc] [--trace] [--who]
+
+``--inproc``: maintenance in this process (its heap is traced too); ``--trace``: tracebacks of the
+growth (slow); ``--who``: what holds consolidation rows at the end.
+"""
+import gc
+import os
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, os.getcwd())
+import dataclasses
+
+from emem_ros.replay.bagreader import BagReader
+from emem_ros.replay.decoder import Decoder
+from emem_ros.replay.runner import CAMERA_INFO, ODOMETRY, BagClock, _routes
+from emem_ros.replay.typestore import load_typestore
+from emem_ros.ros.factory import build_memory
+from emem_ros.ros.params import load_params_yaml
+from emem_ros.ros.pipeline import IngestPipeline
+
+
+def rss(pid):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return 0.0
+    return 0.0
+
+
+def children(pid):
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except Exception:
+            pass
+    return out
+
+
+bag = sys.argv[1]
+db = sys.argv[2]
+trace = "--trace" in sys.argv
+params = load_params_yaml("config/memory.yaml")
+params = dataclasses.replace(params, embedding_backend="hashing", embedding_model="")
+mem_cfg = dataclasses.replace(params.memory, db_path=db, maintenance_process="--inproc" not in sys.argv)
+params = dataclasses.replace(params, memory=mem_cfg)
+if trace:
+    tracemalloc.start(12)
+elif "--py" in sys.argv:
+    tracemalloc.start(1)
+with BagReader(bag) as reader:
+    info = reader.info()
+    decoder = Decoder(load_typestore("humble"), "humble")
+    routes, _ = _routes(reader.connections, params)
+    clock = BagClock(info.start)
+    memory = build_memory(params, get_current_time=clock, db_path=db)
+    pipeline = IngestPipeline(memory, params, warn=lambda m: None)
+    wanted = [c for c in reader.connections if c.id in routes]
+    next_cons = info.start + 60
+    next_arch = info.start + 600
+    next_q = info.start + 300
+    t0 = time.time()
+    snap0 = None
+    n = 0
+    lat = []
+    for conn, stamp_ns, raw in reader.messages(wanted):
+        t = stamp_ns * 1e-9
+        clock.now = t
+        route = routes[conn.id]
+        msg = decoder.decode(conn, raw)
+        if route == ODOMETRY:
+            pipeline.on_odometry(msg, t)
+        elif route.startswith(CAMERA_INFO):
+            pipeline.on_camera_info(route[len(CAMERA_INFO):], msg)
+        else:
+            pipeline.on_message(route, msg, t)
+        n += 1
+        if t >= next_cons:
+            next_cons += 60
+            memory.flush()
+            f1 = memory.submit_job("entities")
+            f2 = memory.submit_job("time_window")
+            f1.result()
+            f2.result()
+        if t >= next_arch:
+            next_arch += 600
+            memory.submit_job("archive").result()
+        if t >= next_q:
+            next_q += 300
+            s = time.perf_counter()
+            memory.locate("red mug")
+            lat.append((time.perf_counter() - s) * 1000)
+            memory.semantic_search("fridge")
+            if len(lat) % 6 == 0:
+                gc.collect()
+                kids = children(os.getpid())
+                c = memory.store.counts()
+                print(f"{(t - info.start) / 3600:5.2f} h obs {c['observations']:6d} rss {rss(os.getpid()):6.1f} "
+                      f"child {sum(rss(k) for k in kids):6.1f} locate {sum(lat[-6:]) / 6:6.1f} ms "
+                      f"wall {time.time() - t0:5.0f}", flush=True)
+                import ctypes
+                lib = ctypes.CDLL("libsqlite3.so.0")
+                lib.sqlite3_memory_used.restype = ctypes.c_int64
+                st = memory.store
+                heap = tracemalloc.get_traced_memory()[0] / 1e6 if tracemalloc.is_tracing() else -1.0
+                vectors = [(k, len(v)) for k, v in st.vectors.items()]
+                print(f"      sqlite {lib.sqlite3_memory_used() / 1e6:.1f} MB  py {heap:.1f} MB  hnsw {vectors}",
+                      flush=True)
+                if tracemalloc.is_tracing():
+                    snap = tracemalloc.take_snapshot()
+                    if snap0 is None:
+                        snap0 = snap
+                    else:
+                        for st in snap.compare_to(snap0, "traceback" if trace else "lineno")[:8]:
+                            print("   ", st)
+                            for line in st.traceback.format()[-8:] if trace else []:
+                                print("      ", line)
+    if "--who" in sys.argv:
+        from emem_ros.consolidation.rows import ObsRow
+        objs = [o for o in gc.get_objects() if isinstance(o, ObsRow)]
+        print("ObsRows", len(objs))
+        import collections
+        holders = collections.Counter()
+        for o in objs[:: max(1, len(objs)//50)]:
+            for r in gc.get_referrers(o):
+                if r is objs:
+                    continue
+                desc = type(r).__name__
+                if isinstance(r, (dict, list)):
+                    for rr in gc.get_referrers(r):
+                        if rr is objs or type(rr).__name__ == 'frame':
+                            continue
+                        desc += "<-" + type(rr).__name__ + (":" + ",".join(k for k, v in vars(rr).items() if v is r) if hasattr(rr, "__dict__") else "")
+                holders[desc] += 1
+        print(holders.most_common(10))
+        sv = memory._consolidation
+        print("rowmemo", len(sv.rows))
+    memory.close()
+    # (memory closed above) -- who holds ObsRows?
