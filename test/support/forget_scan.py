@@ -62,6 +62,16 @@ def holders(db: Path, needles: list[bytes]) -> dict[str, list[str]]:
     return found
 
 
+def sqlite_merged(found: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``holders`` with the SQLite file and its WAL as one: a checkpoint moves pages from one to the other
+    whenever SQLite (or the WAL checkpointer thread) decides, which changes where a text is, not whether."""
+    merged: dict[str, list[str]] = {}
+    for name, hits in found.items():
+        key = name[: -len("-wal")] if name.endswith(".db-wal") else name
+        merged[key] = sorted(set(merged.get(key, [])) | set(hits))
+    return merged
+
+
 def vector_needles(vector: np.ndarray) -> list[bytes]:
     """The vector's float32 bytes as given and as hnswlib keeps it (normalised by its own arithmetic)."""
     index = hnswlib.Index(space="cosine", dim=len(vector))
