@@ -165,8 +165,8 @@ _NODE_PARAMS: tuple[_Param, ...] = (
            "'' = the odometry frame, no TF."),
     _Param("base_frame", "base_link", "STRING", "The robot's base frame: the robot's pose is fixed_frame <- base_frame."),
     _Param("tf_timeout", 0.2, "DOUBLE",
-           "Seconds a message may wait for its transform; then it is stored with the newest transform within "
-           "odom_max_extrapolation, else without a position (counted as 'no transform')."),
+           "Seconds of transforms past a message's stamp that it waits for its own; then it is stored with the "
+           "newest transform within odom_max_extrapolation, else without a position (counted as 'no transform')."),
     _Param("tf_max_jump", 0.25, "DOUBLE",
            "Metres (and radians) between two consecutive transforms of one frame that count as a jump "
            "(relocalization, odometry restart): never interpolated across; 0 = no jump detection."),
