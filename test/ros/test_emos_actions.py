@@ -28,7 +28,7 @@ from emem_ros.emos.component import Memory as OurMemory
 pytestmark = pytest.mark.humble_only
 
 OURS_ADDS = {
-    "store_specific_memory": {"metadata"},
+    "store_specific_memory": {"metadata", "position_is", "view_range"},  # what a position means (issue 25)
     "start_episode": {"parent_episode_id", "goal", "agent_id"},
     "end_episode": {"consolidate", "result", "reflection", "success"},
 }
