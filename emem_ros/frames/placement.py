@@ -16,6 +16,7 @@ Everything else (the ingest pipeline, bearings, entities, answers) asks a
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -45,25 +46,27 @@ Placed = Union[RobotPose, LookupFailure]
 Sensor = Union[Transform, LookupFailure]
 
 
-class Placer:
+class Placer(ABC):
     """The fixed frame and how things stamped in other frames are put into it."""
 
     fixed_frame: str = ""
     uses_tf: bool = False
 
+    @abstractmethod
     def robot(self, stamp: float, *, clamp: bool = False) -> Placed:
-        raise NotImplementedError
+        """fixed frame <- base frame at ``stamp``."""
 
+    @abstractmethod
     def sensor(self, frame: Optional[str], stamp: float, *, clamp: bool = False) -> Sensor:
         """fixed frame <- ``frame`` at ``stamp``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def live_robot(self, now: float) -> Optional[RobotPose]:
         """The robot's newest pose if it is recent (``LIVE_POSE_MAX_AGE``), else None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def on_odometry(self, msg: Any, receive_time: Optional[float] = None) -> bool:
-        raise NotImplementedError
+        """Take one nav_msgs/Odometry; False when it is malformed or refused."""
 
     def point(self, frame: Optional[str], stamp: float, point: Vector, *, clamp: bool = False
               ) -> Union[Vector, LookupFailure]:
