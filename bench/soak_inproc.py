@@ -9,10 +9,13 @@ heap (``sqlite3_memory_used``), and with ``--py`` Python's traced heap and the l
 
     python rosbags/generate.py --out /tmp/g --laps 80        # (or any bag of the patrol's topics)
     PYTHONPATH=. python bench/soak_inproc.py /tmp/g/patrol_db3 /tmp/m.db [--py] [--inproc] [--trace] [--who]
+        [--retention SECONDS]
 
+``--retention S``: every layer's retention is S seconds, archived text dropped (as soak.py --retention).
 ``--inproc``: maintenance in this process (its heap is traced too); ``--trace``: tracebacks of the
 growth (slow); ``--who``: what holds consolidation rows at the end.
 """
+import ctypes
 import gc
 import os
 import sys
@@ -42,6 +45,21 @@ def rss(pid):
     return 0.0
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def malloc_mb():
+    """glibc's view of this process's heap (MB): arena (brk), mmapped blocks, in use, free but kept."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return (f"arena {info.arena / 1e6:.1f} mmap {info.hblkhd / 1e6:.1f} used {info.uordblks / 1e6:.1f} "
+            f"free {info.fordblks / 1e6:.1f}")
+
+
 def children(pid):
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -56,9 +74,15 @@ def children(pid):
 bag = sys.argv[1]
 db = sys.argv[2]
 trace = "--trace" in sys.argv
+EVERY = int(sys.argv[sys.argv.index("--every") + 1]) if "--every" in sys.argv else 6
+"""Questions (one every 300 s of bag time) between two prints: 6 = every 30 robot-minutes."""
 params = load_params_yaml("config/memory.yaml")
 params = dataclasses.replace(params, embedding_backend="hashing", embedding_model="")
 mem_cfg = dataclasses.replace(params.memory, db_path=db, maintenance_process="--inproc" not in sys.argv)
+if "--retention" in sys.argv:  # --retention SECONDS: every layer keeps that long, archived text dropped
+    keep = float(sys.argv[sys.argv.index("--retention") + 1])
+    mem_cfg = dataclasses.replace(mem_cfg, retention_max_age={spec.name: keep for spec in params.layers},
+                                  archive_retention="drop")
 params = dataclasses.replace(params, memory=mem_cfg)
 if trace:
     tracemalloc.start(12)
@@ -107,12 +131,12 @@ with BagReader(bag) as reader:
             memory.locate("red mug")
             lat.append((time.perf_counter() - s) * 1000)
             memory.semantic_search("fridge")
-            if len(lat) % 6 == 0:
+            if len(lat) % EVERY == 0:
                 gc.collect()
                 kids = children(os.getpid())
                 c = memory.store.counts()
                 print(f"{(t - info.start) / 3600:5.2f} h obs {c['observations']:6d} rss {rss(os.getpid()):6.1f} "
-                      f"child {sum(rss(k) for k in kids):6.1f} locate {sum(lat[-6:]) / 6:6.1f} ms "
+                      f"child {sum(rss(k) for k in kids):6.1f} locate {sum(lat[-EVERY:]) / EVERY:6.1f} ms "
                       f"wall {time.time() - t0:5.0f}", flush=True)
                 import ctypes
                 lib = ctypes.CDLL("libsqlite3.so.0")
@@ -120,8 +144,8 @@ with BagReader(bag) as reader:
                 st = memory.store
                 heap = tracemalloc.get_traced_memory()[0] / 1e6 if tracemalloc.is_tracing() else -1.0
                 vectors = [(k, len(v)) for k, v in st.vectors.items()]
-                print(f"      sqlite {lib.sqlite3_memory_used() / 1e6:.1f} MB  py {heap:.1f} MB  hnsw {vectors}",
-                      flush=True)
+                print(f"      sqlite {lib.sqlite3_memory_used() / 1e6:.1f} MB  py {heap:.1f} MB  hnsw {vectors}"
+                      f"  malloc {malloc_mb()}", flush=True)
                 if tracemalloc.is_tracing():
                     snap = tracemalloc.take_snapshot()
                     if snap0 is None:

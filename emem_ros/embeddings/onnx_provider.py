@@ -22,6 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from emem_ros.core.errors import EmemError
+from emem_ros.core.heap import return_freed_heap
 from emem_ros.embeddings.onnx_export import MODEL_NAME, default_cache_dir, ensure_onnx
 from emem_ros.embeddings.onnx_mapped import mapped_model
 
@@ -82,7 +83,7 @@ class OnnxEmbeddingProvider:
                 model_dir = self._model_dir or _bundled_or_cached(self.cache_dir)
                 path = mapped_model(ensure_onnx(model_dir, self.cache_dir, self.int8))
                 session = self._open_session(ort, path, model_dir)
-                _return_freed_heap()
+                return_freed_heap()  # the parsed model's freed buffers: ~25 MB resident otherwise
                 source = model_dir if (model_dir / "tokenizer.json").is_file() else self.cache_dir
                 tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
                 self._max_len = _max_seq_length(source)
@@ -169,13 +170,3 @@ def _max_seq_length(folder: Path) -> int:
     except (OSError, ValueError):
         return DEFAULT_MAX_SEQ_LENGTH
     return int(value) if isinstance(value, int) and value > 0 else DEFAULT_MAX_SEQ_LENGTH
-
-
-def _return_freed_heap() -> None:
-    """Hand the parsed model's freed buffers back to the OS (glibc keeps them otherwise: ~25 MB resident)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass

@@ -34,6 +34,7 @@ import emem_ros.forgetting.audit as audit
 import emem_ros.forgetting.scrub as scrub
 from emem_ros.consolidation.summaries import SummaryWriter
 from emem_ros.core.errors import EmemError
+from emem_ros.core.heap import return_freed_heap
 from emem_ros.forgetting.episodes import episodes_of, resummarise
 from emem_ros.forgetting.erase import Erased, Eraser
 from emem_ros.forgetting.ledger_redact import matching_experiences, redact
@@ -282,3 +283,4 @@ class Forgetter:
         report.log_base_seq = timed("log", lambda: scrub.compact_log(store, timer))
         report.wal_truncated = timed("wal", lambda: scrub.truncate_wal(store, timer))
         report.stale_copies = timed("files", lambda: scrub.remove_stale_copies(store.path))
+        timed("heap", return_freed_heap)  # the rebuilt indexes and the file copy were freed above
