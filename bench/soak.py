@@ -63,8 +63,9 @@ from engines import machine_info  # noqa: E402
 
 PARAMS = ROOT / "config" / "memory.yaml"
 EMBEDDERS = {"hashing": {"backend": "hashing", "model": ""}, "onnx": {"backend": "onnx", "model": ""}}
-RETENTION_AGE = 2 * 86400
-"""Retention run: every perception and body layer keeps two robot-days."""
+RETENTION_AGE = 3 * 86400
+"""Retention run: every perception and body layer keeps three robot-days. Friday's question then still
+has Wednesday's kitchen table within the horizon; Sunday's has it beyond (retention forgets it)."""
 SETTLE = 600.0
 """Robot seconds after a gap in bag time whose backlog samples are not counted (see ``Sample.settling``)."""
 RESTART_PAUSE = 3.0
@@ -75,12 +76,16 @@ TOOLS = (("locate", "Locate"), ("semantic_search", "SemanticSearch"), ("recall",
 
 
 # ---------------------------------------------------------------------- parameters
-def write_params(folder: Path, embedder: str, retention: bool, retention_age: float = RETENTION_AGE
-                 ) -> tuple[Path, Path, dict[str, Any]]:
+def write_params(folder: Path, embedder: str, retention: bool, retention_age: float = RETENTION_AGE,
+                 rate: float = 1.0) -> tuple[Path, Path, dict[str, Any]]:
+    """The packaged parameters with the soak's file, embedder and retention; each layer's queue is ``rate``
+    times deeper, so a bag played ``rate`` times faster has the seconds of slack the node has at 1x."""
     import yaml
 
     tree = yaml.safe_load(PARAMS.read_text())
     params = tree["/**"]["ros__parameters"]
+    for layer in params["layers"].values():
+        layer["qos_depth"] = max(int(layer.get("qos_depth", 10)), math.ceil(int(layer.get("qos_depth", 10)) * rate))
     db_path = folder / "memory.db"
     params["db_path"] = str(db_path)
     params["embedding"] = dict(EMBEDDERS[embedder])
@@ -200,6 +205,14 @@ def committed(db_path: Path, since: float) -> tuple[int, int]:
     return int(top), int(count)
 
 
+def stored_between(db_path: Path, start: float, end: float, settle: float = 2.0) -> int:
+    """Observations stamped in [start, end] once the node has had ``settle`` s to write what it still holds:
+    the same segment played at two rates stores the same count when the node keeps up with both."""
+    time.sleep(settle)
+    count, = read_db(db_path, "SELECT COUNT(*) FROM observations WHERE stamp >= ? AND stamp <= ?", (start, end))
+    return int(count)
+
+
 # ---------------------------------------------------------------------- the soak
 @dataclasses.dataclass
 class Sample:
@@ -231,6 +244,10 @@ class Soak:
     events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     segments: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     mug: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mug_end: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The same question after the last patrol of the week."""
+    keep_up: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """``keep_up`` of the finished run (``--keep-up``)."""
     integrity: str = ""
     week_start: float = generate_week.WEEK_START
     load: list[str] = dataclasses.field(default_factory=list)
@@ -249,11 +266,12 @@ def run(days: int = 7, hours: float = 0.5, seed: int = 7, *, night_hours: Option
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) or random.randint(100, 199) if domain is None else domain
     say(f"soak: generating {days} robot-day(s) ({hours:g} h patrol each) in {folder}")
     week = generate_week.week(folder / "bags", days, hours, seed, night_hours=night_hours, mug_moves=mug_moves)
-    params_path, db_path, params = write_params(folder, embedder, retention, retention_age)
+    params_path, db_path, params = write_params(folder, embedder, retention, retention_age, patrol_rate)
     soak = Soak(config={"days": days, "hours": hours, "night_hours": night_hours, "seed": seed,
                         "patrol_rate": patrol_rate, "night_rate": night_rate, "retention": retention,
                         "retention_age": retention_age if retention else None,
-                        "embedder": embedder, "kill_day": kill_day, "mug_moves": mug_moves, "ask_day": ask_day,
+                        "embedder": embedder, "kill_day": kill_day,
+                        "qos_depth": params["layers"]["detections"]["qos_depth"], "mug_moves": mug_moves, "ask_day": ask_day,
                         "consolidation_window": params["consolidation_window"],
                         "archive_after_seconds": params["archive_after_seconds"], "machine": machine_info(),
                         "folder": str(folder), "domain": domain})
@@ -277,12 +295,15 @@ def run(days: int = 7, hours: float = 0.5, seed: int = 7, *, night_hours: Option
             node = _play(soak, segment, rate, node, client, db_path, params, params_path, env, log,
                          kill, sample_period, query_period)
             segment_report = {"name": segment["name"], "rate": rate, "wall_s": round(time.monotonic() - began, 1),
-                              "robot_s": segment["end"] - segment["start"], "messages": segment["messages"]}
+                              "robot_s": segment["end"] - segment["start"], "messages": segment["messages"],
+                              "stored": stored_between(db_path, segment["start"], segment["end"])}
             soak.segments.append(segment_report)
             if segment["kind"] == "patrol" and segment["day"] == ask_day:
                 soak.mug = _ask_mug(client, segment["day"])
                 say(f"soak: {generate_week.WEEKDAYS[segment['day'] % 7]}: where is the red mug? "
                     f"{soak.mug.get('text', '')[:300]}")
+            elif segment["kind"] == "patrol" and segment["day"] == days - 1:
+                soak.mug_end = _ask_mug(client, segment["day"])
             if segment["kind"] == "night" and segment["day"] < days - 1:
                 node = _restart(soak, node, client, db_path, params_path, env, log, signal.SIGTERM,
                                 segment["end"], "daily restart (SIGTERM)")
@@ -424,6 +445,38 @@ def _date_after(text: str, anchor: str) -> str:
     return ""
 
 
+# ---------------------------------------------------------------------- keeping up
+KEEP_UP_LAYERS = ("detections", "detections_3d")
+"""Layers stamped by their sensor: the node and a replay of the same bag store the same rows."""
+
+
+def keep_up(folder: Path, kill_day: Optional[int] = None) -> list[dict[str, Any]]:
+    """Per patrol of a finished run (not the killed one): rows the node stored against `emem replay` of its bag.
+
+    The replay reads every message of the bag, so it cannot fall behind; the node, fed by ``ros2 bag play``
+    at the patrol rate, stores fewer once its queues overflow. Counted before archival can drop rows
+    (``archive_retention: drop`` makes the node's count smaller for reasons other than speed)."""
+    from emem_ros.replay.runner import ReplayOptions, replay_bag
+    from emem_ros.ros.params import load_params_yaml
+
+    params = load_params_yaml(folder / "params.yaml")
+    week = json.loads((folder / "bags" / "week.json").read_text())
+    out = []
+    for segment in week["segments"]:
+        if segment["kind"] != "patrol" or segment["day"] == kill_day:
+            continue
+        node = {layer: read_db(folder / "memory.db", "SELECT COUNT(*) FROM observations WHERE layer = ? AND "
+                               "stamp >= ? AND stamp <= ?", (layer, segment["start"], segment["end"]))[0]
+                for layer in KEEP_UP_LAYERS}
+        with tempfile.TemporaryDirectory() as scratch:
+            summary = replay_bag(segment["bag"], params, ReplayOptions(db_path=str(Path(scratch) / "m.db"),
+                                                                        consolidate=False, progress=False))
+        replayed = {r.name: r.observations for r in summary.layers if r.name in KEEP_UP_LAYERS}
+        out.append({"segment": segment["name"], "node": node, "replay": replayed,
+                    "kept": round(sum(node.values()) / max(1, sum(replayed.values())), 4)})
+    return out
+
+
 # ---------------------------------------------------------------------- figures
 def by_day(soak: Soak) -> list[dict[str, Any]]:
     """Per robot-day: RSS at its end, p50/p95 of each tool, largest backlog, disk at its end."""
@@ -480,6 +533,9 @@ def verdict(soak: Soak) -> dict[str, Any]:
     out["mug_room"] = soak.mug.get("room")
     out["mug_kitchen_listed"] = soak.mug.get("kitchen_listed")
     out["mug_kitchen_until"] = soak.mug.get("kitchen_until")
+    if soak.mug_end:
+        out["mug_end_room"] = soak.mug_end.get("room")
+        out["mug_end_kitchen_listed"] = soak.mug_end.get("kitchen_listed")
     out["failed_calls"] = sum(1 for c in soak.calls if not c[3])
     return out
 
@@ -502,7 +558,8 @@ def save(soak: Soak, stem: Path) -> None:
         writer.writerows([(round(r, 1), t, round(ms, 2), int(ok)) for r, t, ms, ok in soak.calls])
     stem.with_suffix(".json").write_text(json.dumps(
         {"config": soak.config, "load": soak.load, "segments": soak.segments, "events": soak.events,
-         "days": by_day(soak), "verdict": verdict(soak), "mug": soak.mug, "integrity": soak.integrity},
+         "days": by_day(soak), "verdict": verdict(soak), "mug": soak.mug, "mug_end": soak.mug_end,
+         "keep_up": soak.keep_up, "integrity": soak.integrity},
         indent=1, default=str) + "\n")
 
 
@@ -510,7 +567,8 @@ def load(stem: Path) -> Soak:
     """A saved run (``save``) back: samples, calls, events and the rest, for ``picture`` and ``report``."""
     data = json.loads(stem.with_suffix(".json").read_text())
     soak = Soak(config=data["config"], events=data["events"], segments=data["segments"], mug=data["mug"],
-                integrity=data["integrity"], load=data["load"])
+                mug_end=data.get("mug_end", {}), keep_up=data.get("keep_up", []), integrity=data["integrity"],
+                load=data["load"])
     with stem.with_suffix(".csv").open() as handle:
         for row in csv.DictReader(handle):
             files = {k[len("bytes"):]: int(v) for k, v in row.items() if k.startswith("bytes")}
@@ -567,7 +625,8 @@ def report(soak: Soak, label: str) -> list[str]:
              f"{c['days']} robot-day(s): {c['hours']:g} h patrol + night "
              f"({'docked until 08:00' if c['night_hours'] is None else str(c['night_hours']) + ' h'}); "
              f"patrol at {c['patrol_rate']:g}x, night at {c['night_rate']:g}x; embedder {c['embedder']}; "
-             f"retention {_retention_words(c)}; SIGKILL on day {c['kill_day']}",
+             f"retention {_retention_words(c)}; SIGKILL on day {c['kill_day']}; "
+             f"layer queues {c.get('qos_depth', 10)} deep (10 at 1x)",
              f"load average before / after: {soak.load[0]} / {soak.load[-1] if len(soak.load) > 1 else '?'}", "",
              "| day | observations | RSS node MB | RSS maint MB | disk MB | locate p50/p95 ms | search p50/p95 ms "
              "| recall p50/p95 ms | backlog max min | archive late max min |",
@@ -578,7 +637,8 @@ def report(soak: Soak, label: str) -> list[str]:
                      f"| {d['semantic_search_p50_ms']} / {d['semantic_search_p95_ms']} "
                      f"| {d['recall_p50_ms']} / {d['recall_p95_ms']} | {d['backlog_max_s'] / 60:.1f} "
                      f"| {d['archive_late_max_s'] / 60:.1f} |")
-    lines += ["", "Segments (wall s): " + ", ".join(f"{s['name']} {s['wall_s']}" for s in soak.segments), "",
+    lines += ["", "Segments (wall s, observations stored): " + ", ".join(
+        f"{s['name']} {s['wall_s']} s, {s.get('stored', '?')}" for s in soak.segments), "",
               "Restarts and the crash:"]
     for e in soak.events:
         lines.append(f"- {e['what']}: " + ", ".join(f"{k} {v}" for k, v in e.items() if k != "what"))
@@ -586,6 +646,13 @@ def report(soak: Soak, label: str) -> list[str]:
     if soak.mug:
         lines += ["Where is the red mug (asked after the patrol of day "
                   f"{soak.mug.get('day')}):", "", "```", soak.mug.get("text", ""), "```", ""]
+    if soak.keep_up:
+        lines += ["Kept up (rows of " + " and ".join(KEEP_UP_LAYERS) + " the node stored / what `emem replay` of the "
+                  "same bag stores): " + ", ".join(f"{k['segment']} {sum(k['node'].values())} / "
+                                                   f"{sum(k['replay'].values())}" for k in soak.keep_up), ""]
+    if soak.mug_end:
+        lines += ["And after the last patrol (day "
+                  f"{soak.mug_end.get('day')}):", "", "```", soak.mug_end.get("text", ""), "```", ""]
     return lines
 
 
@@ -611,9 +678,17 @@ def main() -> int:
     parser.add_argument("--name", default="soak")
     parser.add_argument("--save", action="store_true", help="bench/results/<name>-<date>[-retention].*")
     parser.add_argument("--picture", type=Path, default=None, help="also draw the run here (e.g. docs/soak.png)")
+    parser.add_argument("--keep-up", type=Path, default=None, metavar="STEM",
+                        help="a saved run: replay each of its patrol bags and compare what the node stored")
     parser.add_argument("--draw", nargs="+", type=Path, default=None, metavar="STEM",
                         help="only draw saved runs (bench/results/soak-<date>[-retention]) into --picture")
     args = parser.parse_args()
+    if args.keep_up:
+        data = json.loads(args.keep_up.with_suffix(".json").read_text())
+        data["keep_up"] = keep_up(Path(data["config"]["folder"]), data["config"]["kill_day"])
+        args.keep_up.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+        print(json.dumps(data["keep_up"], indent=1))
+        return 0
     if args.draw:  # saved runs: their reports again (this code's verdict) and one picture
         runs = []
         for stem in args.draw:
