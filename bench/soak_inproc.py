@@ -12,6 +12,7 @@ heap (``sqlite3_memory_used``), and with ``--py`` Python's traced heap and the l
         [--retention SECONDS]
 
 ``--retention S``: every layer's retention is S seconds, archived text dropped (as soak.py --retention).
+``--trim``: malloc_trim after each archive job.
 ``--inproc``: maintenance in this process (its heap is traced too); ``--trace``: tracebacks of the
 growth (slow); ``--who``: what holds consolidation rows at the end.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, os.getcwd())
 import dataclasses
 
+from emem_ros.core.heap import return_freed_heap
 from emem_ros.replay.bagreader import BagReader
 from emem_ros.replay.decoder import Decoder
 from emem_ros.replay.runner import CAMERA_INFO, ODOMETRY, BagClock, _routes
@@ -74,6 +76,8 @@ def children(pid):
 bag = sys.argv[1]
 db = sys.argv[2]
 trace = "--trace" in sys.argv
+TRIM = "--trim" in sys.argv
+"""Hand freed heap back to the OS after each archive job (is the growth live data or glibc keeping it?)."""
 EVERY = int(sys.argv[sys.argv.index("--every") + 1]) if "--every" in sys.argv else 6
 """Questions (one every 300 s of bag time) between two prints: 6 = every 30 robot-minutes."""
 params = load_params_yaml("config/memory.yaml")
@@ -125,6 +129,8 @@ with BagReader(bag) as reader:
         if t >= next_arch:
             next_arch += 600
             memory.submit_job("archive").result()
+            if TRIM:
+                return_freed_heap()
         if t >= next_q:
             next_q += 300
             s = time.perf_counter()
