@@ -599,7 +599,7 @@ def picture(runs: list[tuple[str, Soak]], path: Path) -> None:
         axes[1].plot([(r - soak.week_start) / 86400 for r, _ in calls], [ms for _, ms in calls], ".", ms=2,
                      label=f"locate {label}")
         axes[2].plot(days, [sum(s.files.values()) / 1e6 for s in soak.samples], label=label)
-        axes[3].plot(days, [s.backlog_s / 3600 for s in soak.samples], label=f"oldest short-term, {label}")
+        axes[3].plot(days, [s.overdue_rows for s in soak.samples], label=label)
         for e in soak.events[1:]:
             for ax in axes:
                 ax.axvline((e["robot"] - soak.week_start) / 86400, color="red" if "KILL" in e["what"] else "grey",
@@ -608,7 +608,7 @@ def picture(runs: list[tuple[str, Soak]], path: Path) -> None:
     axes[1].set_ylabel("locate (ms)")
     axes[1].set_yscale("log")
     axes[2].set_ylabel("disk (MB)")
-    axes[3].set_ylabel("backlog (h)")
+    axes[3].set_ylabel("short-term rows\nolder than 2 windows")
     axes[3].set_xlabel("robot time (days since Monday 00:00); grey: daily restart, red: SIGKILL")
     for ax in axes:
         ax.legend(fontsize=7, loc="upper left")
