@@ -4,14 +4,15 @@ How issue 26's growth was found (no ROS needed): the bag is read with the replay
 ``IngestPipeline`` in bag time, as the node does; every 60 s of bag time the buffered observations are
 flushed and entities + time-window consolidation run (in the maintenance process, as the node's
 consolidation timer does), every 600 s archival; every 300 s ``locate`` and ``semantic_search`` are
-asked. Every 30 robot-minutes it prints RSS (this process and the maintenance process), SQLite's own
+asked (``--ask S``: every S s of bag time, with ``recall``, the soak's questions in turn). Every 30 robot-minutes it prints RSS (this process and the maintenance process), SQLite's own
 heap (``sqlite3_memory_used``), and with ``--py`` Python's traced heap and the lines that grew most.
 
     python rosbags/generate.py --out /tmp/g --laps 80        # (or any bag of the patrol's topics)
     PYTHONPATH=. python bench/soak_inproc.py /tmp/g/patrol_db3 /tmp/m.db [--py] [--inproc] [--trace] [--who]
-        [--retention SECONDS]
+        [--retention SECONDS] [--ask S] [--set NAME=VALUE ...]
 
 ``--retention S``: every layer's retention is S seconds, archived text dropped (as soak.py --retention).
+``--set NAME=VALUE``: a memory setting (``--set gist_graph_hours=0``: every gist in the vector graph).
 ``--trim``: malloc_trim after each archive job.
 ``--inproc``: maintenance in this process (its heap is traced too); ``--trace``: tracebacks of the
 growth (slow); ``--who``: what holds consolidation rows at the end.
@@ -62,6 +63,26 @@ def malloc_mb():
             f"free {info.fordblks / 1e6:.1f}")
 
 
+def smaps_mb():
+    """Where this process's RSS is (MB): the brk heap, other anonymous maps (mmapped blocks, thread arenas,
+    Python's arenas), file-backed maps (code)."""
+    heap = anon = files = 0.0
+    name = ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:
+            name = head[5] if len(head) > 5 else ""
+        elif line.startswith("Rss:"):
+            kb = int(head[1]) / 1024
+            if name == "[heap]":
+                heap += kb
+            elif not name or name.startswith("[anon") or name == "[stack]":
+                anon += kb
+            else:
+                files += kb
+    return f"heap {heap:.1f} anon {anon:.1f} files {files:.1f}"
+
+
 def children(pid):
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -78,8 +99,11 @@ db = sys.argv[2]
 trace = "--trace" in sys.argv
 TRIM = "--trim" in sys.argv
 """Hand freed heap back to the OS after each archive job (is the growth live data or glibc keeping it?)."""
-EVERY = int(sys.argv[sys.argv.index("--every") + 1]) if "--every" in sys.argv else 6
-"""Questions (one every 300 s of bag time) between two prints: 6 = every 30 robot-minutes."""
+ASK = float(sys.argv[sys.argv.index("--ask") + 1]) if "--ask" in sys.argv else 300.0
+"""Bag seconds between two rounds of questions (40 = a round per wall second at 40x, as bench/soak.py asks)."""
+EVERY = int(sys.argv[sys.argv.index("--every") + 1]) if "--every" in sys.argv else int(1800 // ASK)
+"""Rounds of questions between two prints: every 30 robot-minutes unless told."""
+QUESTIONS = ["red mug", "fridge", "sofa", "laptop", "coffee machine", "person", "chair", "bookshelf"]
 params = load_params_yaml("config/memory.yaml")
 params = dataclasses.replace(params, embedding_backend="hashing", embedding_model="")
 mem_cfg = dataclasses.replace(params.memory, db_path=db, maintenance_process="--inproc" not in sys.argv)
@@ -87,6 +111,9 @@ if "--retention" in sys.argv:  # --retention SECONDS: every layer keeps that lon
     keep = float(sys.argv[sys.argv.index("--retention") + 1])
     mem_cfg = dataclasses.replace(mem_cfg, retention_max_age={spec.name: keep for spec in params.layers},
                                   archive_retention="drop")
+for setting in [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--set"]:  # --set gist_graph_hours=0
+    key, value = setting.split("=", 1)
+    mem_cfg = dataclasses.replace(mem_cfg, **{key: type(getattr(mem_cfg, key))(value)})
 params = dataclasses.replace(params, memory=mem_cfg)
 if trace:
     tracemalloc.start(12)
@@ -99,10 +126,18 @@ with BagReader(bag) as reader:
     clock = BagClock(info.start)
     memory = build_memory(params, get_current_time=clock, db_path=db)
     pipeline = IngestPipeline(memory, params, warn=lambda m: None)
+    for question in QUESTIONS:  # the level a restarted node takes on this file, once it has answered
+        memory.locate(question)
+        memory.semantic_search(question)
+        memory.recall(question)
+    gc.collect()
+    print(f"open  obs {memory.store.counts()['observations']:6d} rss {rss(os.getpid()):6.1f} "
+          f"child {sum(rss(k) for k in children(os.getpid())):6.1f}  maps {smaps_mb()}  "
+          f"hnsw {[(k, len(v)) for k, v in memory.store.vectors.items() if len(v)]}", flush=True)
     wanted = [c for c in reader.connections if c.id in routes]
     next_cons = info.start + 60
     next_arch = info.start + 600
-    next_q = info.start + 300
+    next_q = info.start + ASK
     t0 = time.time()
     snap0 = None
     n = 0
@@ -132,11 +167,13 @@ with BagReader(bag) as reader:
             if TRIM:
                 return_freed_heap()
         if t >= next_q:
-            next_q += 300
+            next_q += ASK
+            question = QUESTIONS[len(lat) % len(QUESTIONS)]
             s = time.perf_counter()
-            memory.locate("red mug")
+            memory.locate(question)
             lat.append((time.perf_counter() - s) * 1000)
-            memory.semantic_search("fridge")
+            memory.semantic_search(question)
+            memory.recall(question)
             if len(lat) % EVERY == 0:
                 gc.collect()
                 kids = children(os.getpid())
@@ -151,7 +188,7 @@ with BagReader(bag) as reader:
                 heap = tracemalloc.get_traced_memory()[0] / 1e6 if tracemalloc.is_tracing() else -1.0
                 vectors = [(k, len(v)) for k, v in st.vectors.items()]
                 print(f"      sqlite {lib.sqlite3_memory_used() / 1e6:.1f} MB  py {heap:.1f} MB  hnsw {vectors}"
-                      f"  malloc {malloc_mb()}", flush=True)
+                      f"  malloc {malloc_mb()}  maps {smaps_mb()}", flush=True)
                 if tracemalloc.is_tracing():
                     snap = tracemalloc.take_snapshot()
                     if snap0 is None:

@@ -81,9 +81,12 @@ def test_archival_commit_makes_keyword_plans_see_the_deleted_texts(tmp_path, clo
     assert env.texts.keywords.plan(conn, "red mug") == KeywordIndex("texts_fts").plan(conn, "red mug")
 
 
-def test_gist_vectors_are_the_stored_blobs_and_catch_up_with_new_gists(tmp_path, clock):
+def test_gist_vectors_are_the_stored_blobs_from_the_graph_or_from_sqlite(tmp_path, clock):
+    """Filtered gist search scores with the graph's copy of each vector; one the graph does not hold is read
+    from SQLite. Both equal the stored blob (unit length)."""
     memory = open_memory(tmp_path / "m.db", clock)
     t0 = clock.now - 3 * 86400
+    dim = memory.store.dim
     for round_ in range(2):
         for i in range(40):
             memory.add(f"thing {i % 5} round {round_}", x=float(i % 4), y=1.0, timestamp=t0 + round_ * 5000 + i,
@@ -92,14 +95,17 @@ def test_gist_vectors_are_the_stored_blobs_and_catch_up_with_new_gists(tmp_path,
         age_past_window(memory, clock)
         memory.consolidate_time_window()
         conn = memory.store.reader()
-        ids = [r[0] for r in conn.execute("SELECT id FROM gists ORDER BY id")]
-        assert ids
-        gists = memory.tools.env.gists
-        got = gists._vectors.of(conn, ids, memory.store.dim)
-        assert np.array_equal(got, _gist_vectors(conn, ids, memory.store.dim))
-        assert np.array_equal(gists._vectors.of(conn, ids[::2], memory.store.dim),
-                              _gist_vectors(conn, ids[::2], memory.store.dim))
-        assert float(np.abs(got).sum()) > 0
+        rows = conn.execute("SELECT id, embedding FROM gists ORDER BY id").fetchall()
+        ids = [r[0] for r in rows]
+        stored = np.stack([codec.blob_to_vector(r[1], dim) for r in rows])
+        assert ids and np.allclose(np.linalg.norm(stored, axis=1), 1.0, atol=1e-5)
+        index = memory.store.vectors["gists"]
+        got = _gist_vectors(conn, index, ids, dim)
+        assert np.allclose(got, stored, atol=1e-6) and float(np.abs(got).sum()) > 0
+        assert np.allclose(_gist_vectors(conn, index, ids[::2], dim), stored[::2], atol=1e-6)
+    index.remove(ids[:2])  # no longer in the graph: read from SQLite, the same
+    assert index.held_vectors(np.asarray(ids))[0].tolist() == [False, False] + [True] * (len(ids) - 2)
+    assert np.allclose(_gist_vectors(conn, index, ids, dim), stored, atol=1e-6)
 
 
 def test_text_vectors_memo_equals_the_store_and_drops_a_rewritten_embedding(make_memory, clock):

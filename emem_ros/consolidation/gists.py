@@ -295,7 +295,12 @@ def write_gists(engine: "Engine", clusters: Sequence[Item], draft: Callable[[Ite
                 budget.took(sum(_rows(item) for item in part), time.perf_counter() - began)
             out.transactions += 1
         if ids:
-            store.vectors["gists"].add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32))
+            # Old gists leave the graph first, so the new ones take their slots; a new gist already behind
+            # the horizon (a backlog consolidated late) stays out of it.
+            store.prune_gist_graph()
+            keep = np.asarray([d.time_end for d in visible], dtype=np.float64) >= store.gist_cutoff
+            store.vectors["gists"].add(np.asarray(ids, dtype=np.int64)[keep],
+                                       np.asarray(vectors, dtype=np.float32)[keep])
         out.gist_ids.extend(ids)
         out.observations += sum(len(item.observation_ids) + len(item.reading_ids) for item in batch)
         out.readings += sum(len(item.reading_ids) for item in batch)

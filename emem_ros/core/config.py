@@ -111,6 +111,10 @@ class MemoryConfig:
     hnsw_ef_search: int = 64
     hnsw_max_elements: int = 10_000
     """Initial capacity; the index grows by doubling."""
+    gist_graph_hours: float = 48.0
+    """Gists that ended more than this many hours before the newest gist leave the gists' vector graph, whose
+    RAM then stops growing with the history (0 = keep every gist in it). They stay in SQLite: a time or place
+    filter scores them exactly from there, and keywords find them."""
 
     # Operation log (the source of truth every index can be rebuilt from)
     log_enabled: bool = True
@@ -137,7 +141,7 @@ class MemoryConfig:
             "query_cache_size", "query_cache_ttl", "llm_timeout",
         )
         non_negative = ("flush_interval", "index_save_interval", "archive_after_seconds", "recency_weight",
-                        "log_keep_segments", "consolidation_gc_pause")
+                        "log_keep_segments", "consolidation_gc_pause", "gist_graph_hours")
         for name in positive:
             value = getattr(self, name)
             if not is_finite_number(value) or value <= 0:

@@ -111,7 +111,6 @@ def compact_vectors(store: "MemoryStore", names: set[str], timer: LockTimer) -> 
     added after it started and the texts commits said were removed; for
     the small indexes a full reconcile.
     """
-    config = store.config
     for name in sorted(names):
         table, label, _ = VECTOR_TABLES[name]
         removed: list[int] = []
@@ -124,9 +123,7 @@ def compact_vectors(store: "MemoryStore", names: set[str], timer: LockTimer) -> 
             conn = store.reader()
             ids = [r[0] for r in conn.execute(
                 f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")]
-            fresh = VectorIndex(name, store.dim, m=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
-                                ef_search=config.hnsw_ef_search,
-                                initial_capacity=config.hnsw_max_elements if name == "texts" else 1024)
+            fresh = store.new_vector_index(name)
             fresh.rebuild(_vector_chunks(store, conn, table, label, ids), len(ids))
             top = ids[-1] if ids else 0
 

@@ -38,6 +38,7 @@ class VectorIndex:
         ef_construction: int = 100,
         ef_search: int = 64,
         initial_capacity: int = 10_000,
+        reuse_deleted: bool = False,
     ) -> None:
         self.name = name
         self.dim = dim
@@ -45,6 +46,8 @@ class VectorIndex:
         self._ef_construction = ef_construction
         self._ef_search = ef_search
         self._initial_capacity = max(16, initial_capacity)
+        self._reuse = reuse_deleted
+        """New vectors take the slots of removed ones, so an index that drops as many as it takes stays its size."""
         self._lock = threading.RLock()
         self._index = self._new_index(self._initial_capacity)
         self._live = 0
@@ -56,7 +59,7 @@ class VectorIndex:
         index = hnswlib.Index(space="cosine", dim=self.dim)
         index.init_index(
             max_elements=capacity, ef_construction=self._ef_construction, M=self._m,
-            allow_replace_deleted=False,
+            allow_replace_deleted=self._reuse,
         )
         index.set_ef(self._ef_search)
         index.set_num_threads(1)
@@ -72,14 +75,15 @@ class VectorIndex:
         labels = np.asarray(labels, dtype=np.int64)
         vectors = np.asarray(vectors, dtype=np.float32)
         with self._lock:
-            needed = self._index.get_current_count() + len(labels)
+            # Slots of removed vectors are free again only where they are reused.
+            needed = (self._live if self._reuse else self._index.get_current_count()) + len(labels)
             capacity = self._index.get_max_elements()
             if needed > capacity:
                 self._index.resize_index(max(needed, capacity * 2))
             # A big batch (a stream of new texts) is inserted on several cores: insertion is the
             # slowest step of ingest then. Small batches stay on one thread.
             threads = PARALLEL_THREADS if parallel and len(labels) >= PARALLEL_BATCH else 1
-            self._index.add_items(vectors, labels, num_threads=threads)
+            self._index.add_items(vectors, labels, num_threads=threads, replace_deleted=self._reuse)
             self._live += len(labels)
             self.high_water = max(self.high_water, int(labels.max()))
             self.dirty = True
@@ -123,6 +127,23 @@ class VectorIndex:
         """The vectors the index holds for ``labels`` (unit length: cosine space normalises them)."""
         with self._lock:
             return np.asarray(self._index.get_items(np.asarray(labels, dtype=np.int64)), dtype=np.float32)
+
+    def held_vectors(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which of ``labels`` the index holds (not deleted), and their vectors (unit length), in order."""
+        labels = np.asarray(labels, dtype=np.int64)
+        with self._lock:
+            try:
+                return np.ones(len(labels), dtype=bool), self.vectors_of(labels)
+            except RuntimeError:  # some label is missing or deleted: ask one by one
+                held = np.zeros(len(labels), dtype=bool)
+                out = np.zeros((len(labels), self.dim), dtype=np.float32)
+                for i, label in enumerate(labels.tolist()):
+                    try:
+                        out[i] = np.asarray(self._index.get_items([label]), dtype=np.float32)[0]
+                        held[i] = True
+                    except RuntimeError:
+                        pass
+                return held, out[held]
 
     def search(
         self,
@@ -175,7 +196,7 @@ class VectorIndex:
                 continue
             index = hnswlib.Index(space="cosine", dim=self.dim)
             try:
-                index.load_index(str(path), max_elements=0, allow_replace_deleted=False)
+                index.load_index(str(path), max_elements=0, allow_replace_deleted=self._reuse)
             except Exception as exc:  # hnswlib raises RuntimeError, or worse, on a bad file
                 log.warning("%s: snapshot %s is unreadable (%s); rebuilding", self.name, path.name, exc)
                 continue
@@ -186,7 +207,7 @@ class VectorIndex:
             index.set_num_threads(1)
             with self._lock:
                 self._index = index
-                self._live = index.get_current_count()
+                self._live = index.get_current_count()  # deleted ones too, until reconcile drops them
                 self.high_water = mark
                 self.dirty = False
             return True
@@ -227,3 +248,4 @@ class VectorIndex:
             if len(expected):
                 self.high_water = max(self.high_water, int(expected.max()))
         return len(missing), len(extra)
+

@@ -244,6 +244,8 @@ _MEMORY_DESCRIPTIONS = {
     "hnsw_m": "hnswlib M.",
     "hnsw_ef_search": "hnswlib ef at query time.",
     "hnsw_max_elements": "Initial hnswlib capacity (grows by doubling).",
+    "gist_graph_hours": "Gists that ended more than this many hours before the newest leave the gists' vector graph "
+                        "(its RAM stops growing; filters and keywords still find them; 0 = keep all).",
     "log_enabled": "Append every write to the operation log before SQLite commits it.",
     "log_segment_bytes": "Operation-log segment size in bytes.",
     "log_keep_segments": "Log segments kept behind a checkpoint (0 = keep the whole log).",

@@ -44,6 +44,7 @@ class StoreBase:
     vectors_pending: bool
     open_report: dict[str, Any]
     redone: int
+    gist_cutoff: float
 
     if TYPE_CHECKING:  # defined by the parts named in each comment
         def reader(self) -> sqlite3.Connection: ...  # store.py
@@ -57,6 +58,8 @@ class StoreBase:
         def repair_stale(self) -> None: ...  # derived_indexes.py
 
         def open_indexes(self) -> None: ...  # derived_indexes.py
+
+        def prune_gist_graph(self) -> int: ...  # derived_indexes.py
 
         def cell_box(self, cx: int, cy: int, cz: int) -> tuple[float, ...]: ...  # derived_indexes.py
 

@@ -21,6 +21,7 @@ from emem_ros.indexes.spatial_index import SpatialIndex
 from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
 from emem_ros.storage.base import StoreBase
+from emem_ros.storage.gist_graph import graph_cutoff, graph_gist_ids, left_graph_since
 from emem_ros.storage.sqlutil import chunked, marks
 
 log = logging.getLogger(__name__)
@@ -61,13 +62,37 @@ class DerivedIndexesMixin(StoreBase):
             return {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(self.places)}
         table, label, _ = VECTOR_TABLES[name]
         index = self.vectors[name]
-        expected = self._ids(f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")
+        if name == "gists":
+            self.gist_cutoff = graph_cutoff(self.state.conn, self.config.gist_graph_hours)
+            expected = graph_gist_ids(self.state.conn, self.gist_cutoff)
+        else:
+            expected = self._ids(f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")
         top = int(expected[-1]) if len(expected) else 0
         loaded = index.load(self.index_dir, top) if load else False
         if load and not loaded and len(expected):
             log.info("%s: no usable snapshot, rebuilding %d vectors from SQLite", name, len(expected))
         missing, extra = index.reconcile(expected, functools.partial(self._fetch_vectors, table, label=label))
         return {"loaded": loaded, "caught_up": missing, "dropped": extra, "size": len(index)}
+
+    def new_vector_index(self, name: str) -> VectorIndex:
+        """An empty vector index of this memory's settings (the gists' graph reuses the slots it drops)."""
+        config = self.config
+        return VectorIndex(name, self.dim, m=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
+                           ef_search=config.hnsw_ef_search,
+                           initial_capacity=config.hnsw_max_elements if name == "texts" else 1024,
+                           reuse_deleted=name == "gists" and config.gist_graph_hours > 0)
+
+    def prune_gist_graph(self) -> int:
+        """Take the gists that fell behind the horizon (``gist_graph.py``) out of the graph; how many left."""
+        with self.state.write_lock:  # reads through the writer connection, as reconcile does
+            before = self.gist_cutoff
+            cutoff = graph_cutoff(self.state.conn, self.config.gist_graph_hours)
+            if cutoff <= before:
+                return 0
+            gone = left_graph_since(self.state.conn, before, cutoff)
+            self.gist_cutoff = cutoff
+        self.update_index("gists", lambda: self.vectors["gists"].remove(gone))
+        return len(gone)
 
     def update_index(self, name: str, update: Callable[[], None]) -> None:
         """Apply a committed change to a derived index; on failure mark it stale, never raise.

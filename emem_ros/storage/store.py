@@ -24,6 +24,7 @@ gists, entities, edges).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -33,7 +34,6 @@ from typing import Any, Optional
 from emem_ros.core.config import MemoryConfig
 from emem_ros.core.errors import StoreError
 from emem_ros.indexes.spatial_index import SpatialIndex
-from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage.checkpointer import WalCheckpointer
 from emem_ros.storage.derived_indexes import VECTOR_TABLES, DerivedIndexesMixin
 from emem_ros.storage.events import CommitFeed
@@ -149,14 +149,9 @@ class MemoryStore(TransactionsMixin, ModelCheckMixin, DerivedIndexesMixin, Inges
         self.vectors_pending = self.state.conn.execute(
             "SELECT 1 FROM meta WHERE key='vectors_pending'").fetchone() is not None
         """Some texts were stored without the vector they need; ``backfill_vectors`` embeds them."""
-        self.vectors = {
-            name: VectorIndex(
-                name, dim, m=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
-                ef_search=config.hnsw_ef_search,
-                initial_capacity=config.hnsw_max_elements if name == "texts" else 1024,
-            )
-            for name in VECTOR_TABLES
-        }
+        self.gist_cutoff = -math.inf
+        """Gists that ended before this are not in the gists' graph (``gist_graph.py``)."""
+        self.vectors = {name: self.new_vector_index(name) for name in VECTOR_TABLES}
         self.places = SpatialIndex("places")
         self.open_report: dict[str, Any] = {}
         if not self.needs_reembed:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -35,7 +36,9 @@ SHORT_WINDOW_ROWS = 2048
 """A time window with at most this many observations is listed directly."""
 FILTERED_SEARCH_SHARE = 0.25
 """Below this share of all texts, hnswlib is asked with a filter instead of over-fetching."""
-PARSED_GISTS = 8192
+PARSED_GISTS = 1024
+OLDER_SCAN_LIMIT = 8192
+"""A filter's gists behind the graph's horizon scored exactly at most (the newest): about a week of patrols."""
 """Parsed gists kept by the ranker (a few MB)."""
 MAX_KEYWORD = 4096
 KEYWORD_DEPTH = 512
@@ -240,22 +243,21 @@ class GistRanker:
         self._store = store
         self._catalog = catalog
         self.keywords = KeywordIndex("gists_fts", content="gists")
-        self._by_layer: dict[str, tuple[int, frozenset[int]]] = {}
+        self._by_layer: dict[str, tuple[int, np.ndarray]] = {}
+        """Per layer: the highest gist id looked at, and the sorted ids of the gists covering the layer."""
         self._by_layer_lock = threading.Lock()
-        self._parsed: dict[int, Gist] = {}
-        """Gists already read (rows are never updated, only inserted): JSON parsing is most of a read."""
+        self._parsed: OrderedDict[int, Gist] = OrderedDict()
+        """The gists read last (rows are never updated, only inserted): JSON parsing is most of a read."""
         self._columns = _GistColumns()
-        self._vectors = _GistVectors()
 
     def reset(self) -> None:
         """Gists were rewritten or deleted (forget): what was read of them is read again."""
         with self._by_layer_lock:
             self._by_layer = {}
-            self._parsed = {}
+            self._parsed = OrderedDict()
             self._columns = _GistColumns()
-            self._vectors = _GistVectors()
 
-    def layer_gists(self, conn: sqlite3.Connection, layer: str) -> frozenset[int]:
+    def layer_gists(self, conn: sqlite3.Connection, layer: str) -> np.ndarray:
         """Ids of the gists that cover a layer, kept per layer and caught up with new gists.
 
         Gists are only ever inserted (ids grow), so the set for ids up to the
@@ -264,12 +266,13 @@ class GistRanker:
         """
         top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM gists").fetchone()[0]
         with self._by_layer_lock:
-            seen, ids = self._by_layer.get(layer, (0, frozenset()))
+            seen, ids = self._by_layer.get(layer, (0, np.empty(0, np.int64)))
         if top > seen:
-            new = {r[0] for r in conn.execute(
+            new = [r[0] for r in conn.execute(
                 "SELECT g.id FROM gists g WHERE g.id > ? AND g.id <= ? AND"
-                " EXISTS (SELECT 1 FROM json_each(g.layers) WHERE json_each.value = ?)", (seen, top, layer))}
-            ids = ids | new if new else ids
+                " EXISTS (SELECT 1 FROM json_each(g.layers) WHERE json_each.value = ?) ORDER BY g.id",
+                (seen, top, layer))]
+            ids = np.concatenate([ids, np.asarray(new, np.int64)]) if new else ids
             with self._by_layer_lock:
                 if self._by_layer.get(layer, (0,))[0] < top:
                     self._by_layer[layer] = (top, ids)
@@ -280,8 +283,7 @@ class GistRanker:
         ids = self._columns.sync(conn).matching(f)
         if not f.layer:
             return set(ids.tolist())
-        layered = self.layer_gists(conn, f.layer)
-        return {g for g in ids.tolist() if g in layered}
+        return set(ids[np.isin(ids, self.layer_gists(conn, f.layer), assume_unique=True)].tolist())
 
     @staticmethod
     def predicates(f: Filters) -> tuple[str, list[object]]:
@@ -320,12 +322,20 @@ class GistRanker:
         vector_hits: list[tuple[int, float]] = []
         if allowed is not None and len(allowed) <= EXACT_LIMIT:
             ids = sorted(allowed)
-            sims = self._vectors.of(conn, ids, self._store.dim) @ vector
+            sims = _gist_vectors(conn, index, ids, self._store.dim) @ vector
             vector_hits = [(ids[i], float(sims[i])) for i in np.argsort(-sims)[: want * 2]]
-        elif len(index):
-            k = max(2 * want, 32)
-            labels, sims = index.search(vector, k, allowed=allowed.__contains__ if allowed is not None else None)
-            vector_hits = list(zip(labels.tolist(), sims.tolist()))
+        else:
+            if len(index):
+                k = max(2 * want, 32)
+                labels, sims = index.search(vector, k, allowed=allowed.__contains__ if allowed is not None else None)
+                vector_hits = list(zip(labels.tolist(), sims.tolist()))
+            if allowed is not None:  # the filter's gists behind the graph's horizon are scored from SQLite
+                older = self._columns.ended_before(self._store.gist_cutoff, allowed)[-OLDER_SCAN_LIMIT:].tolist()
+                for start in range(0, len(older), EXACT_LIMIT):  # a chunk at a time: no matrix of them all
+                    part = older[start:start + EXACT_LIMIT]
+                    sims = _gist_vectors(conn, index, part, self._store.dim) @ vector
+                    vector_hits += [(part[i], float(sims[i])) for i in np.argsort(-sims)[: want * 2]]
+                vector_hits = sorted(vector_hits, key=lambda hit: -hit[1])[: max(2 * want, 32)]
         vector_hits = [(g, s) for g, s in vector_hits if s >= floor]
         # The keyword list is read lazily, as far as the answer needs: a deep list (KEYWORD_DEPTH under a
         # filter) is mostly unused, and its second pass (any word, by BM25) costs most when it runs at all.
@@ -357,16 +367,19 @@ class GistRanker:
         if not wanted:
             return
         found: dict[int, Gist] = {}
-        for g in wanted:
-            cached = self._parsed.get(g)  # .get: another query thread may clear the cache meanwhile
-            if cached is not None:
-                found[g] = cached
+        with self._by_layer_lock:
+            for g in wanted:
+                cached = self._parsed.get(g)
+                if cached is not None:
+                    self._parsed.move_to_end(g)
+                    found[g] = cached
         missing = [g for g in wanted if g not in found]
         if missing:
             fresh = {gist_number(g): g for g in self._store.get_gists(missing)}
-            if len(self._parsed) + len(fresh) > PARSED_GISTS:
-                self._parsed.clear()
-            self._parsed.update(fresh)
+            with self._by_layer_lock:
+                self._parsed.update(fresh)
+                while len(self._parsed) > PARSED_GISTS:
+                    self._parsed.popitem(last=False)
             found.update(fresh)
         for g in wanted:
             gist = found.get(g)
@@ -413,6 +426,13 @@ class _GistColumns:
                 self._top = top
         return self
 
+    def ended_before(self, cutoff: float, among: set[int]) -> np.ndarray:
+        """Ids in ``among`` of the gists that ended before ``cutoff``, ascending."""
+        with self._lock:
+            ids, t1 = self.ids, self.t1
+        old = ids[t1 < cutoff]
+        return old[np.isin(old, np.fromiter(among, dtype=np.int64, count=len(among)), assume_unique=True)]
+
     def matching(self, f: Filters) -> np.ndarray:
         """Ids passing ``GistRanker.predicates(f)`` except the layer test (same arithmetic)."""
         with self._lock:
@@ -433,66 +453,19 @@ class _GistColumns:
         return ids[keep]
 
 
-class _GistVectors:
-    """Every gist's embedding (zeros where it has none), by id, decoded once.
+def _gist_vectors(conn: sqlite3.Connection, index: VectorIndex, ids: list[int], dim: int) -> np.ndarray:
+    """The vectors of ``ids`` (unit length), zeros for a gist without one.
 
-    A filtered search scores up to EXACT_LIMIT gists exactly; decoding their
-    blobs from SQLite on every call cost more than the rest of the gist side.
-    Gists are only inserted (ids grow), so the matrix catches up by id; past
-    MAX_CACHED gists it is not kept and the blobs are read per call again.
+    The graph holds each gist's vector already, so no copy is kept: they are read from it, and from
+    SQLite only for a gist the graph does not hold (newer than this thread's view, or never embedded).
     """
-
-    MAX_CACHED = 20_000
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._top = 0
-        self._ids = np.empty(0, np.int64)
-        self._matrix: Optional[np.ndarray] = None
-
-    def of(self, conn: sqlite3.Connection, ids: list[int], dim: int) -> np.ndarray:
-        """``_gist_vectors(conn, ids, dim)``: the rows of ``ids`` (ascending), zeros for a missing embedding."""
-        top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM gists").fetchone()[0]
-        with self._lock:
-            if top > self._top and not self._catch_up(conn, top, dim):
-                return _gist_vectors(conn, ids, dim)
-            known, matrix = self._ids, self._matrix
-        if matrix is None or matrix.shape[1] != dim:
-            return _gist_vectors(conn, ids, dim)
-        wanted = np.asarray(ids, dtype=np.int64)
-        at = np.minimum(np.searchsorted(known, wanted), max(len(known) - 1, 0))
-        out = matrix[at] if len(known) else np.zeros((len(ids), dim), dtype=np.float32)
-        missing = known[at] != wanted if len(known) else np.zeros(len(ids), dtype=bool)
-        if missing.any():  # newer than this snapshot (another thread's catch-up is behind): zeros, like SQL
-            out[missing] = 0.0
-        return out
-
-    def _catch_up(self, conn: sqlite3.Connection, top: int, dim: int) -> bool:
-        """Read the gists added since; False (and nothing kept) when too many or a blob is malformed."""
-        if top > self.MAX_CACHED:
-            self._matrix = None
-            return False
-        rows = conn.execute("SELECT id, embedding FROM gists WHERE id > ? AND id <= ? ORDER BY id",
-                            (self._top, top)).fetchall()
-        new = np.zeros((len(rows), dim), dtype=np.float32)
-        try:
-            for i, (_, blob) in enumerate(rows):
-                if blob is not None:
-                    new[i] = codec.blob_to_vector(blob, dim)
-        except ValueError:
-            return False
-        old = self._matrix if self._matrix is not None and self._matrix.shape[1] == dim else \
-            np.zeros((0, dim), dtype=np.float32)
-        self._ids = np.concatenate([self._ids[: len(old)], np.asarray([r[0] for r in rows], dtype=np.int64)])
-        self._matrix = np.concatenate([old, new])
-        self._top = top
-        return True
-
-
-def _gist_vectors(conn: sqlite3.Connection, ids: list[int], dim: int) -> np.ndarray:
     out = np.zeros((len(ids), dim), dtype=np.float32)
+    wanted = np.asarray(ids, dtype=np.int64)
+    held, vectors = index.held_vectors(wanted) if len(wanted) else (np.zeros(0, dtype=bool), out)
+    out[held] = vectors
+    rest = [int(g) for g in wanted[~held]]
     position = {g: i for i, g in enumerate(ids)}
-    for chunk in chunked(ids):
+    for chunk in chunked(rest):
         slots = marks(len(chunk))
         for gid, blob in conn.execute(
                 f"SELECT id, embedding FROM gists WHERE id IN ({slots}) AND embedding IS NOT NULL", chunk):
