@@ -170,3 +170,22 @@ def test_the_archive_job_of_the_node_timers_applies_retention(tmp_path, clock):
         assert old not in left and new in left
     finally:
         memory.close()
+
+
+def test_an_index_that_holds_nothing_has_no_graph_until_its_first_vector(tmp_path, clock):
+    """An hnswlib graph costs 2.6 MB before its first vector; a robot's memory has several that stay empty
+    (episodes, experiences, notes). They are made at the first vector, and a restart does not make them."""
+    memory = open_memory(tmp_path / "m.db", clock)
+    memory.add("red mug", x=1.0, y=2.0, timestamp=clock.now)
+    memory.flush()
+    vectors = memory.store.vectors
+    assert vectors["texts"]._index is not None and len(vectors["texts"]) == 1
+    empty = [name for name in ("episodes", "experiences", "fs_chunks", "fs_nodes") if vectors[name]._index is None]
+    assert empty == ["episodes", "experiences", "fs_chunks", "fs_nodes"]
+    assert vectors["episodes"].search(memory.embed_query("red mug"), 5)[0].size == 0
+    assert vectors["episodes"].labels().size == 0 and not vectors["episodes"].held_vectors([1, 2])[0].any()
+    memory.close()
+    again = open_memory(tmp_path / "m.db", clock)
+    assert again.store.vectors["episodes"]._index is None and again.store.vectors["texts"]._index is not None
+    assert again.tools.call("semantic_search", query="red mug").hits[0].text == "red mug"
+    again.close()

@@ -49,7 +49,9 @@ class VectorIndex:
         self._reuse = reuse_deleted
         """New vectors take the slots of removed ones, so an index that drops as many as it takes stays its size."""
         self._lock = threading.RLock()
-        self._index = self._new_index(self._initial_capacity)
+        self._index: Optional[hnswlib.Index] = None
+        """Made at the first vector: an hnswlib graph costs 2.6 MB before it holds any (a lock per label
+        slot group), and most memories never fill some indexes (episodes, experiences, notes)."""
         self._live = 0
         self.high_water = 0
         self.dirty = False
@@ -75,24 +77,30 @@ class VectorIndex:
         labels = np.asarray(labels, dtype=np.int64)
         vectors = np.asarray(vectors, dtype=np.float32)
         with self._lock:
+            if self._index is None:
+                self._index = self._new_index(max(self._initial_capacity, len(labels)))
+            index = self._index
             # Slots of removed vectors are free again only where they are reused.
-            needed = (self._live if self._reuse else self._index.get_current_count()) + len(labels)
-            capacity = self._index.get_max_elements()
+            needed = (self._live if self._reuse else index.get_current_count()) + len(labels)
+            capacity = index.get_max_elements()
             if needed > capacity:
-                self._index.resize_index(max(needed, capacity * 2))
+                index.resize_index(max(needed, capacity * 2))
             # A big batch (a stream of new texts) is inserted on several cores: insertion is the
             # slowest step of ingest then. Small batches stay on one thread.
             threads = PARALLEL_THREADS if parallel and len(labels) >= PARALLEL_BATCH else 1
-            self._index.add_items(vectors, labels, num_threads=threads, replace_deleted=self._reuse)
+            index.add_items(vectors, labels, num_threads=threads, replace_deleted=self._reuse)
             self._live += len(labels)
             self.high_water = max(self.high_water, int(labels.max()))
             self.dirty = True
 
     def remove(self, labels: Iterable[int]) -> None:
         with self._lock:
+            index = self._index
+            if index is None:
+                return
             for label in labels:
                 try:
-                    self._index.mark_deleted(int(label))
+                    index.mark_deleted(int(label))
                     self._live -= 1
                     self.dirty = True
                 except RuntimeError:
@@ -101,7 +109,7 @@ class VectorIndex:
     def rebuild(self, rows: Iterable[tuple[np.ndarray, np.ndarray]], total: int) -> None:
         """Replace the index with vectors streamed from SQLite in chunks."""
         with self._lock:
-            self._index = self._new_index(max(self._initial_capacity, total + 1))
+            self._index = self._new_index(max(self._initial_capacity, total + 1)) if total else None
             self._live = 0
             self.high_water = 0
             for labels, vectors in rows:
@@ -121,17 +129,26 @@ class VectorIndex:
     def labels(self) -> np.ndarray:
         """Every label the index holds (deleted ones included: hnswlib keeps them listed)."""
         with self._lock:
+            if self._index is None:
+                return np.empty(0, np.int64)
             return np.asarray(self._index.get_ids_list(), dtype=np.int64)
 
     def vectors_of(self, labels: np.ndarray) -> np.ndarray:
         """The vectors the index holds for ``labels`` (unit length: cosine space normalises them)."""
         with self._lock:
+            if self._index is None:
+                if len(labels):
+                    raise RuntimeError("Label not found")  # as hnswlib says
+                return np.empty((0, self.dim), np.float32)
             return np.asarray(self._index.get_items(np.asarray(labels, dtype=np.int64)), dtype=np.float32)
 
     def held_vectors(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Which of ``labels`` the index holds (not deleted), and their vectors (unit length), in order."""
         labels = np.asarray(labels, dtype=np.int64)
         with self._lock:
+            index = self._index
+            if index is None:
+                return np.zeros(len(labels), dtype=bool), np.empty((0, self.dim), np.float32)
             try:
                 return np.ones(len(labels), dtype=bool), self.vectors_of(labels)
             except RuntimeError:  # some label is missing or deleted: ask one by one
@@ -139,7 +156,7 @@ class VectorIndex:
                 out = np.zeros((len(labels), self.dim), dtype=np.float32)
                 for i, label in enumerate(labels.tolist()):
                     try:
-                        out[i] = np.asarray(self._index.get_items([label]), dtype=np.float32)[0]
+                        out[i] = np.asarray(index.get_items([label]), dtype=np.float32)[0]
                         held[i] = True
                     except RuntimeError:
                         pass
@@ -153,26 +170,27 @@ class VectorIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Labels and cosine similarities of the k nearest, best first."""
         with self._lock:
-            live = self._live
-            if live == 0 or k <= 0:
+            live, index = self._live, self._index
+            if index is None or live == 0 or k <= 0:
                 return np.empty(0, np.int64), np.empty(0, np.float32)
             k = min(k, live)
-            self._index.set_ef(max(self._ef_search, k))
+            index.set_ef(max(self._ef_search, k))
             try:
-                labels, distances = self._index.knn_query(
+                labels, distances = index.knn_query(
                     np.asarray(vector, np.float32).reshape(1, -1), k=k, filter=allowed, num_threads=1
                 )
             except RuntimeError:
                 # hnswlib raises when fewer than k elements pass the filter.
-                return self._search_fewer(vector, k, allowed)
+                return self._search_fewer(index, vector, k, allowed)
         return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
 
-    def _search_fewer(self, vector: np.ndarray, k: int,
+    @staticmethod
+    def _search_fewer(index: hnswlib.Index, vector: np.ndarray, k: int,
                       allowed: Optional[Callable[[int], bool]]) -> tuple[np.ndarray, np.ndarray]:
         while k > 1:
             k //= 2
             try:
-                labels, distances = self._index.knn_query(
+                labels, distances = index.knn_query(
                     np.asarray(vector, np.float32).reshape(1, -1), k=k, filter=allowed, num_threads=1
                 )
                 return labels[0].astype(np.int64), (1.0 - distances[0]).astype(np.float32)
@@ -183,13 +201,16 @@ class VectorIndex:
     # -- persistence ----------------------------------------------------
     def save(self, folder: Path) -> None:
         with self._lock:
-            if not self.dirty and list_snapshots(folder, self.name, "hnsw"):
-                return
-            write_snapshot(folder, self.name, self.high_water, "hnsw", self._index.save_index)
+            index = self._index
+            if index is None or (not self.dirty and list_snapshots(folder, self.name, "hnsw")):
+                return  # (no graph: nothing to save, and the next open expects none)
+            write_snapshot(folder, self.name, self.high_water, "hnsw", index.save_index)
             self.dirty = False
 
     def load(self, folder: Path, expected_max: int) -> bool:
-        """Load the newest readable snapshot; False when none could be used."""
+        """Load the newest readable snapshot; False when none could be used (or none is needed)."""
+        if expected_max <= 0:
+            return False
         for mark, path in list_snapshots(folder, self.name, "hnsw"):
             if mark > expected_max:
                 log.warning("%s: snapshot %s is ahead of the database; ignoring it", self.name, path.name)
@@ -222,7 +243,7 @@ class VectorIndex:
         expected but deleted is restored through ``fetch`` as well.
         """
         with self._lock:
-            listed = np.asarray(self._index.get_ids_list(), dtype=np.int64)
+            listed = self.labels()
             expected = np.asarray(expected, dtype=np.int64)
             if len(listed) == len(expected) and self._live == len(listed):
                 # The usual open: the snapshot is in step. One sort and compare instead of two set differences.
@@ -235,7 +256,7 @@ class VectorIndex:
             missing = np.setdiff1d(expected, listed, assume_unique=False)
             for label in extra:
                 try:
-                    self._index.mark_deleted(int(label))
+                    self._index.mark_deleted(int(label))  # type: ignore[union-attr]  # extra: it is there
                 except RuntimeError:
                     pass
             self._live = len(listed) - len(extra)
