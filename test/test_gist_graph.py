@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from emem_ros.forgetting import scrub
 from emem_ros.tools import ranking
 from test.support.patrol import age_past_window, open_memory, patrol_into
 
@@ -62,6 +63,16 @@ def test_the_graph_holds_the_recent_gists_and_reuses_the_slots_of_old_ones(tmp_p
     again = open_memory(tmp_path / "m.db", clock, gist_graph_hours=HOURS)  # a restart holds the same
     assert _held(again) == recent and len(again.store.vectors["gists"]) == len(recent)
     again.close()
+    # A file whose graph held every gist (gist_graph_hours 0, or before there was a horizon): the old ones
+    # leave at open, their slots stay until a forget pass (which erased something) compacts the graph.
+    every = open_memory(tmp_path / "m.db", clock, gist_graph_hours=0)
+    assert len(every.store.vectors["gists"]) == total
+    every.close()
+    upgraded = open_memory(tmp_path / "m.db", clock, gist_graph_hours=HOURS)
+    assert _held(upgraded) == recent and upgraded.store.vectors["gists"]._index.get_current_count() == total
+    scrub.compact_vectors(upgraded.store, {"gists"}, scrub.LockTimer())  # the forget pass's step
+    assert _held(upgraded) == recent and upgraded.store.vectors["gists"]._index.get_current_count() == len(recent)
+    upgraded.close()
 
 
 @pytest.mark.parametrize("exact_limit", [ranking.EXACT_LIMIT, 4], ids=["scored-exactly", "graph-and-sqlite"])

@@ -47,6 +47,7 @@ from emem_ros.indexes.vector_index import VectorIndex
 from emem_ros.storage import codec
 from emem_ros.storage.derived_indexes import VECTOR_TABLES
 from emem_ros.storage.events import Commit
+from emem_ros.storage.gist_graph import graph_gist_ids
 from emem_ros.storage.oplog import HIDDEN, discard
 from emem_ros.storage.rebuild import BASE_NAME
 
@@ -121,7 +122,7 @@ def compact_vectors(store: "MemoryStore", names: set[str], timer: LockTimer) -> 
         store.commits.subscribe(collect)
         try:
             conn = store.reader()
-            ids = [r[0] for r in conn.execute(
+            ids = graph_gist_ids(conn, store.gist_cutoff).tolist() if name == "gists" else [r[0] for r in conn.execute(
                 f"SELECT {label} FROM {table} WHERE embedding IS NOT NULL ORDER BY {label}")]
             fresh = store.new_vector_index(name)
             fresh.rebuild(_vector_chunks(store, conn, table, label, ids), len(ids))
