@@ -4,7 +4,9 @@ A patrolling robot makes a gist per place visit, a thousand a day; hnswlib keeps
 links in RAM (about 1.7 KB), so a graph of every gist grows with the history. The graph holds the recent
 past instead. Older gists stay in SQLite with their vectors: a time or place filter scores them exactly from
 there (``tools/ranking.py``), and keywords find them. The horizon is measured from the newest gist, not from
-a clock, so it needs no time source at open and a replayed bag gives the same graph.
+a clock, so it needs no time source at open and a replayed bag gives the same graph. (A memory that is fed
+older times than it holds, a bag of last month replayed into it, keeps those gists out of the graph: filters and
+keywords find them.)
 """
 
 from __future__ import annotations
