@@ -37,9 +37,9 @@ SHORT_WINDOW_ROWS = 2048
 FILTERED_SEARCH_SHARE = 0.25
 """Below this share of all texts, hnswlib is asked with a filter instead of over-fetching."""
 PARSED_GISTS = 1024
+"""Parsed gists kept by the ranker, the last read (about 1 MB)."""
 OLDER_SCAN_LIMIT = 8192
 """A filter's gists behind the graph's horizon scored exactly at most (the newest): about a week of patrols."""
-"""Parsed gists kept by the ranker (a few MB)."""
 MAX_KEYWORD = 4096
 KEYWORD_DEPTH = 512
 """Keyword rows read once when the candidates are already listed exactly."""
@@ -246,13 +246,14 @@ class GistRanker:
         self._by_layer: dict[str, tuple[int, np.ndarray]] = {}
         """Per layer: the highest gist id looked at, and the sorted ids of the gists covering the layer."""
         self._by_layer_lock = threading.Lock()
+        self._parsed_lock = threading.Lock()
         self._parsed: OrderedDict[int, Gist] = OrderedDict()
         """The gists read last (rows are never updated, only inserted): JSON parsing is most of a read."""
         self._columns = _GistColumns()
 
     def reset(self) -> None:
         """Gists were rewritten or deleted (forget): what was read of them is read again."""
-        with self._by_layer_lock:
+        with self._by_layer_lock, self._parsed_lock:
             self._by_layer = {}
             self._parsed = OrderedDict()
             self._columns = _GistColumns()
@@ -321,8 +322,11 @@ class GistRanker:
                 return [], []
         vector_hits: list[tuple[int, float]] = []
         if allowed is not None and len(allowed) <= EXACT_LIMIT:
-            ids = sorted(allowed)
-            sims = _gist_vectors(conn, index, ids, self._store.dim) @ vector
+            older = self._columns.ended_before(self._store.gist_cutoff, allowed)
+            ids = sorted(allowed.difference(older.tolist())) + older.tolist()
+            vectors = np.concatenate([_gist_vectors(conn, index, ids[:len(ids) - len(older)], self._store.dim),
+                                      _gist_vectors(conn, None, ids[len(ids) - len(older):], self._store.dim)])
+            sims = vectors @ vector
             vector_hits = [(ids[i], float(sims[i])) for i in np.argsort(-sims)[: want * 2]]
         else:
             if len(index):
@@ -333,7 +337,7 @@ class GistRanker:
                 older = self._columns.ended_before(self._store.gist_cutoff, allowed)[-OLDER_SCAN_LIMIT:].tolist()
                 for start in range(0, len(older), EXACT_LIMIT):  # a chunk at a time: no matrix of them all
                     part = older[start:start + EXACT_LIMIT]
-                    sims = _gist_vectors(conn, index, part, self._store.dim) @ vector
+                    sims = _gist_vectors(conn, None, part, self._store.dim) @ vector
                     vector_hits += [(part[i], float(sims[i])) for i in np.argsort(-sims)[: want * 2]]
                 vector_hits = sorted(vector_hits, key=lambda hit: -hit[1])[: max(2 * want, 32)]
         vector_hits = [(g, s) for g, s in vector_hits if s >= floor]
@@ -367,7 +371,7 @@ class GistRanker:
         if not wanted:
             return
         found: dict[int, Gist] = {}
-        with self._by_layer_lock:
+        with self._parsed_lock:
             for g in wanted:
                 cached = self._parsed.get(g)
                 if cached is not None:
@@ -376,7 +380,7 @@ class GistRanker:
         missing = [g for g in wanted if g not in found]
         if missing:
             fresh = {gist_number(g): g for g in self._store.get_gists(missing)}
-            with self._by_layer_lock:
+            with self._parsed_lock:
                 self._parsed.update(fresh)
                 while len(self._parsed) > PARSED_GISTS:
                     self._parsed.popitem(last=False)
@@ -453,16 +457,20 @@ class _GistColumns:
         return ids[keep]
 
 
-def _gist_vectors(conn: sqlite3.Connection, index: VectorIndex, ids: list[int], dim: int) -> np.ndarray:
+def _gist_vectors(conn: sqlite3.Connection, index: Optional[VectorIndex], ids: list[int], dim: int) -> np.ndarray:
     """The vectors of ``ids`` (unit length), zeros for a gist without one.
 
     The graph holds each gist's vector already, so no copy is kept: they are read from it, and from
-    SQLite only for a gist the graph does not hold (newer than this thread's view, or never embedded).
+    SQLite for a gist it does not hold (newer than this thread's view, or never embedded). ``index``
+    None: the gists are behind the graph's horizon, read from SQLite without asking the graph.
     """
     out = np.zeros((len(ids), dim), dtype=np.float32)
     wanted = np.asarray(ids, dtype=np.int64)
-    held, vectors = index.held_vectors(wanted) if len(wanted) else (np.zeros(0, dtype=bool), out)
-    out[held] = vectors
+    if index is not None and len(wanted):
+        held, vectors = index.held_vectors(wanted)
+        out[held] = vectors
+    else:
+        held = np.zeros(len(wanted), dtype=bool)
     rest = [int(g) for g in wanted[~held]]
     position = {g: i for i, g in enumerate(ids)}
     for chunk in chunked(rest):
