@@ -114,6 +114,8 @@ def test_activate_wires_layers_services_timers_and_markers(make_node, tmp_path):
     assert {id(e.callback_group) for e in services} == {id(node._query_group)}
     timers = of_kind(node, "timer")
     assert sorted(e.period for e in timers) == [1.0, 30.0]  # markers, consolidation
+    clocks = {e.period: e.clock for e in timers}  # markers on the wall clock; the memory's timers on ROS time
+    assert clocks[1.0].clock_type is fake_rclpy.ClockType.STEADY_TIME and clocks[30.0] is None
     assert {id(e.callback_group) for e in timers} == {id(node._maintenance_group)}
     (publisher,) = of_kind(node, "publisher")
     assert publisher.name == "~/markers" and publisher.qos.durability is fake_rclpy.DurabilityPolicy.TRANSIENT_LOCAL

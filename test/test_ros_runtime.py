@@ -273,16 +273,24 @@ def test_timer_failures_are_logged_not_raised(runtime, tmp_path, monkeypatch):
     assert memory.closed and runtime.marker_specs() == []
 
 
-def test_marker_array_of_the_memory(runtime, clock, tmp_path):
+def test_marker_array_of_the_memory_comes_again_only_when_it_changed(runtime, clock, tmp_path):
     runtime.configure(flat_params(tmp_path / "m.db"))
     entity = add_entity(runtime.memory, "red mug", "object", (2.0, 3.0, 0.9), 4, START, START + 5)
     gist = add_gist(runtime.memory, "kitchen", (3.0, 3.0, 0.0), 1.0, START, START + 5)
     make = InterfaceFactory()
-    array = make.check(runtime.marker_array(make))
+    array = make.check(runtime.changed_marker_array(make))
     assert array.markers[0].action == 3
     assert {(m.ns, m.id) for m in array.markers[1:]} == {("entities", entity), ("entity_labels", entity),
                                                          ("gists", gist), ("gist_labels", gist)}
     assert array.markers[1].header.stamp.sec == math.floor(clock.now)
+    assert runtime.changed_marker_array(make) is None  # the latched array still shows the memory
+    other = add_gist(runtime.memory, "hallway", (6.0, 1.0, 0.0), 1.0, START + 10, START + 20)
+    array = make.check(runtime.changed_marker_array(make))
+    assert {(m.ns, m.id) for m in array.markers[1:] if m.ns == "gists"} == {("gists", gist), ("gists", other)}
+    assert runtime.changed_marker_array(make) is None
+    runtime.cleanup()  # a memory opened again is published again, changed or not
+    runtime.configure(flat_params(tmp_path / "m.db"))
+    assert len(make.check(runtime.changed_marker_array(make)).markers) == 7
 
 
 def test_with_a_fixed_frame_tf_places_and_a_file_in_another_frame_is_named(runtime, clock, tmp_path):

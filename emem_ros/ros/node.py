@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
@@ -368,8 +369,11 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
             latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)
             self._marker_publisher = self.create_publisher(self._marker_type, MARKER_TOPIC, latched)
+            # Markers are for people watching RViz: checked on the steady clock, so a bag replayed at 40x
+            # does not rebuild them 40 times as often as on the robot.
             self._memory_timers.append(self.create_timer(params.marker_period, self._publish_markers,
-                                                         callback_group=self._maintenance_group))
+                                                         callback_group=self._maintenance_group,
+                                                         clock=Clock(clock_type=ClockType.STEADY_TIME)))
         self._log.info(f"active: {len(params.layers)} layer subscription(s), {len(self._memory_services)} "
                        f"services under {self.get_fully_qualified_name()}/, "
                        f"{len(self._memory_timers)} timer(s)")
@@ -445,7 +449,9 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         if publisher is None:
             return
         try:
-            publisher.publish(self.runtime.marker_array(self._make))
+            array = self.runtime.changed_marker_array(self._make)
+            if array is not None:
+                publisher.publish(array)
         except Exception as exc:  # a timer must survive anything
             self._log.error(f"publishing markers failed: {type(exc).__name__}: {exc}")
 

@@ -196,7 +196,8 @@ _NODE_PARAMS: tuple[_Param, ...] = (
            "'[{\"match\": \"person|man|woman|child\", \"max_age\": 86400}]'; empty = none."),
     _Param("index_save_period", 0.0, "DOUBLE",
            "Seconds between node-timer index saves; 0 = the memory's own thread (index_save_interval)."),
-    _Param("marker_period", 2.0, "DOUBLE", "Seconds between MarkerArray publications of entities and gists."),
+    _Param("marker_period", 2.0, "DOUBLE", "Wall-clock seconds between checks of the entities and gists "
+           "shown; the MarkerArray is published when they change."),
     _Param("markers_enabled", True, "BOOL", "Publish entities and gist regions as visualization_msgs/MarkerArray."),
     _Param("fleet.url", "", "STRING",
            "Fleet store to sync the operation log to (postgresql://user@host:port/dbname); '' = no fleet."),

@@ -88,6 +88,8 @@ class MemoryRuntime:
         self._warming: Optional[threading.Thread] = None
         self.fleet: Any = None
         """The fleet sync worker when ``fleet.url`` is set (``emem_ros.fleet.worker``)."""
+        self._published_markers: Optional[list[marker_module.MarkerSpec]] = None
+        """What the last ``changed_marker_array`` returned (None: nothing yet, or a new memory)."""
 
     @property
     def configured(self) -> bool:
@@ -226,6 +228,7 @@ class MemoryRuntime:
             self.layer_types, self.odometry_type = {}, None
             self.camera_info_type, self.tf_type = None, None
             self._pending.clear()
+            self._published_markers = None
         if pipeline is not None:
             self._guard_finish(pipeline, memory)
             self.log.info(intake_report(pipeline.counts()))
@@ -403,10 +406,19 @@ class MemoryRuntime:
             self.log.error(f"reading entities and gists for markers failed: {type(exc).__name__}: {exc}")
             return []
 
-    def marker_array(self, make: MessageFactory) -> Any:
-        """The MarkerArray to publish now (DELETEALL first, then entities and gists)."""
+    def changed_marker_array(self, make: MessageFactory) -> Any:
+        """The MarkerArray (DELETEALL first, then entities and gists) if what it shows changed since the
+        last one returned, else None.
+
+        The publisher is latched (transient local), so a subscriber that joins later still gets the last
+        array; sending the same markers again would only cost CPU (up to 800 messages built each time).
+        """
+        specs = self.marker_specs()
+        if specs == self._published_markers:
+            return None
+        self._published_markers = specs
         frame = self.params.memory.frame_id if self.params is not None else ""
-        return marker_module.to_marker_array(self.marker_specs(), make, stamp=self.clock(), frame=frame)
+        return marker_module.to_marker_array(specs, make, stamp=self.clock(), frame=frame)
 
 
 def intake_report(counts: dict[str, Any]) -> str:

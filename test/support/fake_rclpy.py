@@ -132,6 +132,12 @@ class ExternalShutdownException(Exception):
     pass
 
 
+class ClockType(enum.Enum):
+    ROS_TIME = 1
+    SYSTEM_TIME = 2
+    STEADY_TIME = 3
+
+
 @dataclass
 class Entity:
     kind: str
@@ -143,6 +149,7 @@ class Entity:
     period: float = 0.0
     published: list = field(default_factory=list)
     raw: bool = False
+    clock: Any = None
 
     def publish(self, msg: Any) -> None:
         self.published.append(msg)
@@ -163,8 +170,9 @@ class Logger:
 
 
 class Clock:
-    def __init__(self, now: list[float]) -> None:
-        self._now = now
+    def __init__(self, now: Optional[list[float]] = None, *, clock_type: ClockType = ClockType.ROS_TIME) -> None:
+        self._now = now if now is not None else [0.0]
+        self.clock_type = clock_type
 
     def now(self) -> Any:
         return types.SimpleNamespace(nanoseconds=int(round(self._now[0] * 1e9)))
@@ -251,7 +259,8 @@ class LifecycleNode:
         return self._add(Entity("service", srv_type, srv_name, callback, qos_profile, callback_group))
 
     def create_timer(self, timer_period_sec, callback, callback_group=None, clock=None):
-        return self._add(Entity("timer", None, "", callback, None, callback_group, float(timer_period_sec)))
+        return self._add(Entity("timer", None, "", callback, None, callback_group, float(timer_period_sec),
+                                clock=clock))
 
     def create_publisher(self, msg_type, topic, qos_profile, *, callback_group=None):
         return self._add(Entity("publisher", msg_type, topic, None, qos_profile, callback_group))
@@ -385,6 +394,7 @@ def installed(make: InterfaceFactory) -> Iterator[types.ModuleType]:
     parts = {
         "rclpy": rclpy,
         "rclpy.callback_groups": {"MutuallyExclusiveCallbackGroup": MutuallyExclusiveCallbackGroup},
+        "rclpy.clock": {"Clock": Clock, "ClockType": ClockType},
         "rclpy.executors": {"MultiThreadedExecutor": MultiThreadedExecutor,
                             "SingleThreadedExecutor": SingleThreadedExecutor,
                             "ExternalShutdownException": ExternalShutdownException},
