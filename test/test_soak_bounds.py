@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from emem_ros.consolidation.rows import labels_of
 from emem_ros.storage.place_cache import PlaceChanges
-from emem_ros.storage.store import READER_CACHE_KIB, WRITER_CACHE_KIB
+from emem_ros.storage.store import READER_CACHE_KIB, SQLITE_HEAP_LIMIT, WRITER_CACHE_KIB
 from test.support.patrol import age_past_window, memory_adder, multi_room_patrol, open_memory
 
 
@@ -30,6 +34,51 @@ def test_every_connection_of_the_store_has_a_small_page_cache(tmp_path, clock):
         assert _cache_kib(memory.store.reader()) == READER_CACHE_KIB <= 2048
     finally:
         memory.close()
+
+
+_PAGE_CACHES_OF_A_FRESH_PROCESS = """
+import ctypes, json, sqlite3, sys, threading, _sqlite3
+from test.support.patrol import open_memory
+
+used = ctypes.CDLL(_sqlite3.__file__).sqlite3_memory_used
+used.restype = ctypes.c_int64
+if sys.argv[2] != "unset":
+    sqlite3.connect(":memory:").execute(f"PRAGMA soft_heap_limit={sys.argv[2]}")
+memory = open_memory(sys.argv[1], lambda: 1.7e9)
+writer = memory.store.state.conn
+writer.execute("CREATE TABLE filler (id INTEGER PRIMARY KEY, body BLOB)")
+writer.executemany("INSERT INTO filler (body) VALUES (?)", ((bytes(4000),) for _ in range(6000)))  # 24 MB
+writer.execute("SELECT sum(length(body)) FROM filler").fetchone()  # the writer's own cache fills
+
+def read_everything():
+    memory.store.reader().execute("SELECT sum(length(body)) FROM filler").fetchone()
+
+readers = [threading.Thread(target=read_everything) for _ in range(6)]  # a cache each, as in the node
+for thread in readers:
+    thread.start()
+for thread in readers:
+    thread.join()
+limit = sqlite3.connect(":memory:").execute("PRAGMA soft_heap_limit").fetchone()[0]
+print(json.dumps({"limit": limit, "heap": used()}))
+memory.close()
+"""
+
+
+def _page_caches_of_a_fresh_process(db, limit: str) -> dict[str, int]:
+    done = subprocess.run([sys.executable, "-c", _PAGE_CACHES_OF_A_FRESH_PROCESS, str(db), limit],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_the_page_caches_of_every_thread_together_stay_near_one_process_limit(tmp_path):
+    fresh = _page_caches_of_a_fresh_process(tmp_path / "a.db", "unset")
+    assert fresh["limit"] == SQLITE_HEAP_LIMIT
+    # Without the limit: the writer's 8 MiB and six readers' 2 MiB each, about 22 MB.
+    assert fresh["heap"] < 1.5 * SQLITE_HEAP_LIMIT, fresh
+    own = _page_caches_of_a_fresh_process(tmp_path / "b.db", str(3 * SQLITE_HEAP_LIMIT))
+    assert own["limit"] == 3 * SQLITE_HEAP_LIMIT  # a limit the process set itself is kept
 
 
 def test_the_place_change_log_drops_what_its_cache_has_read():
