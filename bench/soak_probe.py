@@ -5,7 +5,9 @@ How the soak's slow answers were found (issue 26): the week's file, Sunday's pat
 each tool. ``--profile FILE`` also records the node with py-spy (``--gil``: only threads holding the GIL).
 
     source ../shared/ros2/env.sh && source <ws>/install/setup.bash
-    python bench/soak_probe.py /tmp/emem_soak_XXXX --bag 06-sunday-patrol --seconds 90 [--profile f.txt]
+    python bench/soak_probe.py SOAK_FOLDER --bag 06-sunday-patrol --seconds 90 [--profile f.txt]
+
+SOAK_FOLDER is the folder a soak run kept (memory.db*, params.yaml, bags/), e.g. /tmp/emem_soak_bmwpby3g.
 """
 from __future__ import annotations
 
