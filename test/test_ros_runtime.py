@@ -278,19 +278,38 @@ def test_marker_array_of_the_memory_comes_again_only_when_it_changed(runtime, cl
     entity = add_entity(runtime.memory, "red mug", "object", (2.0, 3.0, 0.9), 4, START, START + 5)
     gist = add_gist(runtime.memory, "kitchen", (3.0, 3.0, 0.0), 1.0, START, START + 5)
     make = InterfaceFactory()
-    array = make.check(runtime.changed_marker_array(make))
+    sent: list = []
+    assert runtime.publish_changed_markers(make, sent.append)
+    array = make.check(sent[-1])
     assert array.markers[0].action == 3
     assert {(m.ns, m.id) for m in array.markers[1:]} == {("entities", entity), ("entity_labels", entity),
                                                          ("gists", gist), ("gist_labels", gist)}
     assert array.markers[1].header.stamp.sec == math.floor(clock.now)
-    assert runtime.changed_marker_array(make) is None  # the latched array still shows the memory
+    assert not runtime.publish_changed_markers(make, sent.append)  # the latched array still shows the memory
     other = add_gist(runtime.memory, "hallway", (6.0, 1.0, 0.0), 1.0, START + 10, START + 20)
-    array = make.check(runtime.changed_marker_array(make))
+    assert runtime.publish_changed_markers(make, sent.append)
+    array = make.check(sent[-1])
     assert {(m.ns, m.id) for m in array.markers[1:] if m.ns == "gists"} == {("gists", gist), ("gists", other)}
-    assert runtime.changed_marker_array(make) is None
+    assert not runtime.publish_changed_markers(make, sent.append) and len(sent) == 2
     runtime.cleanup()  # a memory opened again is published again, changed or not
     runtime.configure(flat_params(tmp_path / "m.db"))
-    assert len(make.check(runtime.changed_marker_array(make)).markers) == 7
+    assert runtime.publish_changed_markers(make, sent.append)
+    assert len(make.check(sent[-1]).markers) == 7
+
+
+def test_markers_whose_publish_failed_are_sent_again(runtime, tmp_path):
+    runtime.configure(flat_params(tmp_path / "m.db"))
+    add_gist(runtime.memory, "kitchen", (3.0, 3.0, 0.0), 1.0, START, START + 5)
+    make = InterfaceFactory()
+
+    def broken(array):
+        raise RuntimeError("the middleware is gone")
+
+    with pytest.raises(RuntimeError):
+        runtime.publish_changed_markers(make, broken)
+    sent: list = []
+    assert runtime.publish_changed_markers(make, sent.append)  # unchanged, but never sent: sent now
+    assert len(make.check(sent[0]).markers) == 3
 
 
 def test_with_a_fixed_frame_tf_places_and_a_file_in_another_frame_is_named(runtime, clock, tmp_path):

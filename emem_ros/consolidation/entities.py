@@ -92,6 +92,7 @@ them never counts a sighting twice.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -103,7 +104,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -179,6 +180,9 @@ class Moments:
         self.w += weight
         self.s = self.s + weight * point
         self.q += weight * float(point @ point)
+
+    def copy(self) -> "Moments":
+        return Moments(self.w, self.s, self.q)  # ``add`` and ``merge`` replace ``s``, never change it in place
 
     def merge(self, other: "Moments") -> None:
         self.w += other.w
@@ -347,6 +351,12 @@ class EntityState:
     def sources(self) -> set[str]:
         return {name for name, m in (("object", self.object), ("robot", self.robot)) if m.w > 0}
 
+    def copy(self) -> "EntityState":
+        """A copy whose changes (``absorb``, ``add_place``, ``track``) leave this one as it is."""
+        return dataclasses.replace(self, object=self.object.copy(), robot=self.robot.copy(),
+                                   places=[list(p) for p in self.places], extra=dict(self.extra),
+                                   bearing=self.bearing.copy())
+
     def absorb(self, sighting: Sighting) -> None:
         self.first = min(self.first, sighting.first)
         self.last = max(self.last, sighting.last)
@@ -431,6 +441,30 @@ def _state_from_row(row: Sequence[Any], vector: np.ndarray) -> EntityState:
         meta.pop(derived, None)
     state.extra = meta
     return state
+
+
+class ParsedEntities:
+    """Entity rows parsed once, rays fitted once: each step reloads its candidates, and most of them have not
+    changed since the last step (parsing the metadata and refitting the rays grew with the history).
+
+    A row is reused only while it is the same row, byte for byte (embedding included); ``state`` gives a
+    copy, so a step's changes never reach the parsed one.
+    """
+
+    def __init__(self, limit: int = TEXT_CACHE) -> None:
+        self.limit = limit
+        self._parsed: dict[int, tuple[tuple[Any, ...], EntityState]] = {}
+
+    def state(self, row: tuple[Any, ...], vector_of: Callable[[tuple[Any, ...]], np.ndarray]) -> EntityState:
+        """The state of an entity row (``ENTITY_COLUMNS`` and the embedding), parsed when new or changed."""
+        known = self._parsed.get(row[0])
+        if known is None or known[0] != row:
+            parsed = _state_from_row(row[:-1], vector_of(row))
+            _ = parsed.bearing_fix  # fitted here, once for as long as the row stays the same
+            if len(self._parsed) >= self.limit:
+                self._parsed.clear()
+            known = self._parsed[row[0]] = (row, parsed)
+        return known[1].copy()
 
 
 def _bearing_verdict(sighting: Sighting, state: EntityState) -> Optional[bool]:
@@ -777,6 +811,7 @@ class EntityExtractor(EntityPlanner):
         self.engine = engine
         self.offload = offload
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._parsed = ParsedEntities()
         self.budget = TransactionBudget(first=64, most=1024)
         """Statements per entity transaction, adapted to ~25 ms of writer lock (kept across runs)."""
 
@@ -868,9 +903,12 @@ class EntityExtractor(EntityPlanner):
         rows = [row for chunk in chunked(sorted(numbers)) for row in store.reader().execute(
             f"SELECT {store.ENTITY_COLUMNS}, embedding FROM entities WHERE id IN ({marks(len(chunk))})", chunk)]
         for row in rows:
-            blob = row[-1]
-            vector = (np.frombuffer(blob, dtype=np.float32) if blob else self.engine.embed_texts([row[1]])[0])
-            cache[row[0]] = _state_from_row(row[:-1], vector)
+            cache[row[0]] = self._parsed.state(tuple(row), self._vector_of)
+
+    def _vector_of(self, row: tuple[Any, ...]) -> np.ndarray:
+        blob = row[-1]
+        vector: np.ndarray = np.frombuffer(blob, dtype=np.float32) if blob else self.engine.embed_texts([row[1]])[0]
+        return vector
 
     def _match(self, sighting: Sighting, candidates: list[tuple[float, EntityState]],
                claimed: set[int]) -> Optional[EntityState]:

@@ -112,6 +112,10 @@ class BearingTrack:
         self.rays = compact(RaySet.concat([self.rays, rays]))
         self._fitted = False
 
+    def copy(self) -> "BearingTrack":
+        """A copy that keeps the fit (``add`` replaces ``rays``, never changes them in place)."""
+        return BearingTrack(self.rays, self._fix, self._fitted)
+
     def fix(self) -> Optional[Fix]:
         """Where the rays meet (the best-supported object), None before two poses agree."""
         if not self._fitted:

@@ -449,9 +449,7 @@ class MemoryNode(LifecycleNode):  # type: ignore[misc]  # rclpy has no type info
         if publisher is None:
             return
         try:
-            array = self.runtime.changed_marker_array(self._make)
-            if array is not None:
-                publisher.publish(array)
+            self.runtime.publish_changed_markers(self._make, publisher.publish)
         except Exception as exc:  # a timer must survive anything
             self._log.error(f"publishing markers failed: {type(exc).__name__}: {exc}")
 

@@ -89,7 +89,7 @@ class MemoryRuntime:
         self.fleet: Any = None
         """The fleet sync worker when ``fleet.url`` is set (``emem_ros.fleet.worker``)."""
         self._published_markers: Optional[list[marker_module.MarkerSpec]] = None
-        """What the last ``changed_marker_array`` returned (None: nothing yet, or a new memory)."""
+        """What the last ``publish_changed_markers`` published (None: nothing yet, or a new memory)."""
 
     @property
     def configured(self) -> bool:
@@ -406,19 +406,21 @@ class MemoryRuntime:
             self.log.error(f"reading entities and gists for markers failed: {type(exc).__name__}: {exc}")
             return []
 
-    def changed_marker_array(self, make: MessageFactory) -> Any:
-        """The MarkerArray (DELETEALL first, then entities and gists) if what it shows changed since the
-        last one returned, else None.
+    def publish_changed_markers(self, make: MessageFactory, publish: Callable[[Any], None]) -> bool:
+        """Publish the MarkerArray (DELETEALL first, then entities and gists) if what it shows changed since
+        the last one published; whether it did.
 
         The publisher is latched (transient local), so a subscriber that joins later still gets the last
         array; sending the same markers again would only cost CPU (up to 800 messages built each time).
+        An array whose ``publish`` raised counts as not sent: the next call tries again.
         """
         specs = self.marker_specs()
         if specs == self._published_markers:
-            return None
-        self._published_markers = specs
+            return False
         frame = self.params.memory.frame_id if self.params is not None else ""
-        return marker_module.to_marker_array(specs, make, stamp=self.clock(), frame=frame)
+        publish(marker_module.to_marker_array(specs, make, stamp=self.clock(), frame=frame))
+        self._published_markers = specs
+        return True
 
 
 def intake_report(counts: dict[str, Any]) -> str:
