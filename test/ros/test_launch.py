@@ -119,6 +119,22 @@ class TestMemoryBecomesActive(unittest.TestCase):
             self.probe.destroy_client(client)
 
 
+    def test_memory_node_runs_with_two_malloc_arenas(self, folder: Path) -> None:
+        """The launch sets MALLOC_ARENA_MAX=2 for the node (less RSS: docs/soak.md)."""
+        node = [proc for proc in Path("/proc").glob("[0-9]*") if _is_our_node(proc, folder)]
+        self.assertEqual(len(node), 1, "exactly one memory_node of this test should run")
+        environment = (node[0] / "environ").read_bytes().split(b"\0")
+        self.assertIn(b"MALLOC_ARENA_MAX=2", environment)
+
+
+def _is_our_node(proc: Path, folder: Path) -> bool:
+    try:
+        command = (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"memory_node" in command and str(folder).encode() in command
+
+
 @launch_testing.post_shutdown_test()
 class TestMemoryShutdown(unittest.TestCase):
     def test_store_was_opened_where_the_params_file_said(self, db_path: Path, folder: Path) -> None:
