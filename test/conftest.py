@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -51,6 +51,16 @@ def make_memory(tmp_path, clock) -> Callable[..., Memory]:
                 memory.close()
             except Exception:
                 logging.getLogger(__name__).exception("closing a test memory failed")
+
+
+@pytest.fixture
+def memory(tmp_path, clock) -> Iterator[Memory]:
+    """A memory as the patrol tests open it (``test.support.patrol.open_memory``), closed at teardown."""
+    from test.support.patrol import open_memory
+
+    opened = open_memory(tmp_path / "memory.db", clock)
+    yield opened
+    opened.close()
 
 
 # ---------------------------------------------------------------------------- PostgreSQL (fleet store)

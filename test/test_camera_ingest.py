@@ -15,7 +15,6 @@ from emem_ros.ros.camera import intrinsics_from_camera_info
 from emem_ros.ros.params import ParamError, parse_params
 from emem_ros.ros.pipeline import IngestPipeline
 from test.support import ros_messages as messages
-from test.support.patrol import open_memory
 from test.support.ros_messages import InterfaceFactory
 
 MAKE = InterfaceFactory()
@@ -35,13 +34,6 @@ def flat(db: Path, **overrides):
     }
     values.update(overrides)
     return values
-
-
-@pytest.fixture
-def memory(tmp_path, clock):
-    mem = open_memory(tmp_path / "memory.db", clock)
-    yield mem
-    mem.close()
 
 
 def stored(memory, layer="detections"):

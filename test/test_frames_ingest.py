@@ -18,7 +18,6 @@ pytest.importorskip("rosbags.typesys")
 from emem_ros.ros.params import ParamError, parse_params
 from emem_ros.ros.pipeline import IngestPipeline
 from test.support import ros_messages as msgs
-from test.support.patrol import open_memory
 from test.support.ros_messages import InterfaceFactory
 
 MAKE = InterfaceFactory()
@@ -39,13 +38,6 @@ def flat(db: Path, **overrides):
     }
     values.update(overrides)
     return values
-
-
-@pytest.fixture
-def memory(tmp_path, clock):
-    mem = open_memory(tmp_path / "memory.db", clock)
-    yield mem
-    mem.close()
 
 
 @pytest.fixture

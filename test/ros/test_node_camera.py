@@ -45,6 +45,10 @@ def stamp_at(h: Harness, seconds_ago: float) -> Any:
     return (clock.now() - Duration(seconds=seconds_ago)).to_msg()
 
 
+def shifted(stamp: Any, seconds: float) -> Any:
+    return (Time.from_msg(stamp) + Duration(seconds=seconds)).to_msg()
+
+
 def pose(h: Harness, x: float, y: float, stamp: Any) -> None:
     """The robot at (x, y) facing +y at ``stamp``."""
     odom = Odometry()
@@ -76,16 +80,21 @@ def test_camera_detections_are_triangulated_by_the_live_node(tmp_path):
     try:
         h.bring_up()
         poses = [(float(x), 0.0) for x in range(0, 7)]
+        origin = stamp_at(h, 40.0)
+        attempts = [0]
 
         def placed():
             h.publish(CameraInfo, "camera_info", camera_info(h))
-            # The robot drove past one pose a second; odometry first (each pose held for 0.2 s), so
-            # every detection finds its pose however the executor orders the two topics.
-            stamps = [stamp_at(h, 8.0 - i) for i in range(len(poses))]
+            # The robot drove past one pose every 0.25 s; odometry first (each pose held for 0.1 s), so
+            # every detection finds its pose however the executor orders the two topics. Each attempt
+            # has a time span of its own: an earlier attempt's poses never bracket this one's stamps.
+            first = 2.0 * attempts[0]
+            attempts[0] += 1
+            stamps = [shifted(origin, first + 0.25 * i) for i in range(len(poses))]
             for (x, y), stamp in zip(poses, stamps):
-                pose(h, x, y, (Time.from_msg(stamp) - Duration(seconds=0.1)).to_msg())
+                pose(h, x, y, shifted(stamp, -0.05))
                 pose(h, x, y, stamp)
-                pose(h, x, y, (Time.from_msg(stamp) + Duration(seconds=0.1)).to_msg())
+                pose(h, x, y, shifted(stamp, 0.05))
             time.sleep(0.5)
             for (x, y), stamp in zip(poses, stamps):
                 box(h, x, y, stamp)
