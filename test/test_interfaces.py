@@ -407,7 +407,8 @@ def test_launch_file_compiles_and_defines_generate_launch_description() -> None:
 def test_launch_file_declares_its_arguments() -> None:
     declared = {c.args[0].value for c in calls(launch_tree(), "DeclareLaunchArgument")
                 if c.args and isinstance(c.args[0], ast.Constant)}
-    assert declared == {"node_name", "namespace", "params_file", "log_level", "use_sim_time", "autostart"}
+    assert declared == {"node_name", "namespace", "params_file", "log_level", "use_sim_time", "autostart",
+                        "malloc_arena_max"}
 
 
 def test_launch_file_starts_a_lifecycle_node_humble_can_run() -> None:
