@@ -384,8 +384,9 @@ class Memory:
         return entries(self.store.reader(), limit)
 
     def _forget_memos(self) -> None:
-        """In-memory copies of answers and vectors that may quote forgotten content."""
+        """In-memory copies of answers, rows and vectors that may quote forgotten content."""
         self._cache.clear()
+        self._consolidation.forget_memos()
         embedding = self.engine.embedding
         with embedding._lock:
             embedding._memo.clear()

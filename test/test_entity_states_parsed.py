@@ -103,3 +103,37 @@ def test_the_parsed_rows_are_bounded(limit):
         parsed.state((number, "chair", "object", 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1, 0.5, "camera", "{}", b""),
                      lambda r: np.ones(4, dtype=np.float32))
     assert len(parsed._parsed) == limit
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["maintenance-process", "in-process"])
+def test_a_forget_leaves_no_parsed_entity_name_or_row_in_ram(tmp_path, clock, in_process):
+    """Forgetting promises the data is gone: the entities pass keeps nothing of it between steps, nor do the
+    rows memo or the maintenance process (it is replaced)."""
+    memory = open_memory(tmp_path / "m.db", clock, maintenance_process=not in_process)
+    try:
+        three_steps(memory, clock, np.random.default_rng(3))
+        service = memory._consolidation
+        extractor, offload = service.entities, service.offload
+        assert len(extractor._parsed) == 2 and "chair" in extractor._vectors
+        if in_process:
+            assert offload is None and len(service.rows) > 0
+        else:
+            child = offload.pid
+            assert child is not None
+
+        report = memory.forget(match="chair", reason="test")
+        assert report.observations > 0
+        assert len(extractor._parsed) == 0 and not extractor._vectors and not extractor._row_labels
+        assert len(service.rows) == 0
+
+        seen_by_camera(memory, "stool", (5.0, 5.0), walk(3.0, 2.0, 7.0, 2.0, 12), clock.now - 100,
+                       np.random.default_rng(4))
+        memory.flush()
+        if not in_process:
+            assert offload.pid is None
+        memory.extract_entities(final=True)
+        if not in_process:  # a fresh maintenance process planned this step
+            assert offload.pid not in (None, child)
+        assert [row[1] for row in entity_rows(memory)] == ["stool"]
+    finally:
+        memory.close()

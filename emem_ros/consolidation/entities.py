@@ -466,6 +466,12 @@ class ParsedEntities:
             known = self._parsed[row[0]] = (row, parsed)
         return known[1].copy()
 
+    def clear(self) -> None:
+        self._parsed.clear()
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
 
 def _bearing_verdict(sighting: Sighting, state: EntityState) -> Optional[bool]:
     """Whether rays say this sighting is this entity: True, False, or None (no rays to say it).
@@ -576,12 +582,17 @@ class EntityPlanner:
         """Rows a time-window pass already read (shared with it; None: read everything)."""
         self._text_names: OrderedDict[str, Optional[list[str]]] = OrderedDict()
         self._row_labels: dict[tuple[str, Optional[str], str], tuple[tuple[str, ...], bool]] = {}
+        """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._robot_layers: dict[str, bool] = {}
         """Per layer of the step being planned: its unmarked positions are the robot's (``_meanings``)."""
         self._vocabulary: tuple[str, ...] = ()
         """Names looked for in free text when no LLM reads it (``text_things``)."""
-        """A detection's labels and whether it was placed by odometry, by (text, metadata): robots repeat."""
         self._llm_failures = 0
+
+    def forget_memos(self) -> None:
+        """After a forget: drop the texts and names kept between steps (they may quote what went)."""
+        self._text_names.clear()
+        self._row_labels.clear()
 
     def plan_step(self, conn: sqlite3.Connection, config: MemoryConfig, now: float, final: bool,
                   stop: Optional[threading.Event] = None) -> Optional["SightingStep"]:
@@ -854,6 +865,12 @@ class EntityExtractor(EntityPlanner):
                        (SightingStep, type(None)), stop, "entities",
                        lambda: self.plan_step(engine.store.reader(), engine.config, now, final, stop),
                        config=engine.config, now=now, final=final)
+
+    def forget_memos(self) -> None:
+        """After a forget: drop the parsed entities and name vectors kept between steps (they may be of what went)."""
+        super().forget_memos()
+        self._parsed.clear()
+        self._vectors.clear()
 
     # ------------------------------------------------------------------ merging and writing
     def _name_vectors(self, sightings: Sequence[Sighting]) -> None:

@@ -213,6 +213,11 @@ class MaintenanceProcess:
                 proc.kill()
                 proc.wait()
 
+    def renew(self) -> None:
+        """Let the child go (its rows may hold what a forget erased); the next request starts a fresh one."""
+        with self._lock:
+            self._discard()
+
     def close(self) -> None:
         self._closed = True  # a request in flight sees it within 0.1 s and lets go of the lock
         with self._lock:

@@ -108,6 +108,14 @@ class ConsolidationService:
             self._timer = PeriodicThread("emem-maintenance-timer", engine.config.maintenance_interval,
                                          self._timer_tick).start()
 
+    def forget_memos(self) -> None:
+        """After a forget, on the worker: drop the rows, entities and names kept between runs, here and in the
+        maintenance process (replaced at its next request), so nothing forgotten stays in RAM."""
+        self.rows.clear()
+        self.entities.forget_memos()
+        if self.offload is not None:
+            self.offload.renew()
+
     # ------------------------------------------------------------------ jobs
     # One typed method per job, on the worker (``submit_*``: a Future; the bare name: wait for it) or, from
     # the worker itself, inline. A job without options has its name as key: an equal one still queued is
