@@ -18,7 +18,8 @@ never wait long); per part:
 3. the transaction announces the texts and places it removed: after the
    commit the store drops them from its derived indexes and text cache (so
    a later flush of the same string creates a fresh text row) and tells the
-   caches that read observations (``storage/events.py``).
+   caches that read observations (``storage/events.py``) which rows left,
+   so the tools' per-text catalog drops them instead of being rebuilt.
 
 Gists and entities are untouched: gists stay searchable by vector and FTS.
 Body readings keep their value; the step-2 transaction also records how each
@@ -119,18 +120,20 @@ class Archiver:
 
     def _archive(self, batch: ArchiveBatch, start: int, end: int, now: float, report: ArchiveReport) -> None:
         store = self.engine.store
-        ids = batch.ids[start:end]
+        leaving = batch.rows[start:end]
+        ids = [row[0] for row in leaving]
         refs: dict[int, int] = {}
-        for text_id in batch.text_ids[start:end]:
+        for _, text_id, *_rest in leaving:
             if text_id is not None:
                 refs[text_id] = refs.get(text_id, 0) + 1
         readings = [r for r in batch.readings if start <= r[0] < end]
         with store.write() as conn:
+            moved = 0
             for chunk in chunked(ids):
                 where, values = in_list("id", chunk)
-                conn.execute(
+                moved += conn.execute(
                     f"UPDATE observations SET tier=?, tier_since=?, text_id=NULL, metadata=NULL"
-                    f" WHERE {where} AND tier=?", [Tier.ARCHIVED.value, now, *values, Tier.LONG_TERM.value])
+                    f" WHERE {where} AND tier=?", [Tier.ARCHIVED.value, now, *values, Tier.LONG_TERM.value]).rowcount
             conn.executemany("UPDATE texts SET refs = refs - ? WHERE id = ?", [(n, tid) for tid, n in refs.items()])
             _remember_body_scales(conn, readings)
             dead: list[tuple[int, str]] = []
@@ -146,7 +149,11 @@ class Archiver:
                     conn.execute(f"DELETE FROM places WHERE {where}", values)
                     where, values = in_list("id", chunk)
                     conn.execute(f"DELETE FROM texts WHERE {where}", values)
-            store.announce(removed_texts=dead, removed_places=place_ids, reshaped=True)
+            # Per-text views (the tools' catalog) drop exactly these rows instead of rebuilding from every row
+            # (a rebuild scans the archived skeletons too: it grew with the history, issue 26). Only when every
+            # planned row moved: otherwise they rebuild.
+            store.announce(removed_texts=dead, removed_places=place_ids, reshaped=True,
+                           removed_observations=leaving if moved == len(ids) else (), described=moved == len(ids))
         report.observations += len(ids)
         report.texts_removed += len(dead)
         report.places_removed += len(place_ids)

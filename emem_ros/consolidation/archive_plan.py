@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional
 
 from emem_ros.consolidation.rows import ObsRow, fetch_rows
 from emem_ros.core.types import NodeKind, make_id
+from emem_ros.storage.events import RemovedObservation
 
 DUE = "o.tier = 'long_term' AND o.tier_since <= ?"
 DUE_ORDER = "o.tier_since, o.id"
@@ -31,15 +32,16 @@ class ArchiveBatch:
     newline (empty when not encoded: ``archive_retention`` 'drop').
     """
 
-    ids: list[int] = field(default_factory=list)
-    text_ids: list[Optional[int]] = field(default_factory=list)
+    rows: list[RemovedObservation] = field(default_factory=list)
+    """(id, text_id, layer, episode_id, source_type, stamp) of each row: what per-text views drop when it leaves
+    the hot tables (``storage/events.py``)."""
     readings: list[tuple[int, str, str, Optional[float]]] = field(default_factory=list)
     """(row index, layer, text, value) of the body readings with a text: what body scales are learnt from."""
     lines: bytes = b""
     ends: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.rows)
 
     def part_lines(self, start: int, stop: int) -> bytes:
         """The encoded records of rows ``start`` .. ``stop - 1``."""
@@ -51,7 +53,7 @@ class ArchiveBatch:
 def plan_batch(conn: sqlite3.Connection, cutoff: float, limit: int, now: float, encode: bool) -> ArchiveBatch:
     """Up to ``limit`` long-term rows promoted at or before ``cutoff``, oldest promotion first."""
     rows = fetch_rows(conn, DUE, [cutoff], order=DUE_ORDER, limit=limit)
-    batch = ArchiveBatch(ids=[r.id for r in rows], text_ids=[r.text_id for r in rows],
+    batch = ArchiveBatch(rows=[(r.id, r.text_id, r.layer, r.episode_id, r.source_type, r.stamp) for r in rows],
                          readings=[(i, r.layer, r.text, r.value) for i, r in enumerate(rows)
                                    if r.is_reading and r.text])
     if encode and rows:

@@ -10,11 +10,13 @@ O(distinct texts), like the vector index, and far smaller per text.
 It is derived, never authoritative: built with one GROUP BY on first use
 (about 0.3 s per 100k observations; ``MemoryTools.warm`` does it up front),
 caught up from rows with a larger id whenever SQLite reports a commit
-(``PRAGMA data_version``), and rebuilt after ``invalidate()`` (archival,
-import). Rows a forget deletes are dropped instead (``removed``): counts go
-down, an emptied record goes, and a first or last stamp that went is read
-again for that text and slice only. So a question after a forget batch
-costs about what it cost before (a rebuild takes seconds at 1M). Which
+(``PRAGMA data_version``), and rebuilt after ``invalidate()`` (an import,
+or a change no writer described). Rows a forget deletes or archival moves
+out of the hot tables are dropped instead (``removed``): counts go down, an
+emptied record goes, and a first or last stamp that went is read again for
+that text and slice only. So a question after a forget or archival batch
+costs about what it cost before (a rebuild scans every row, archived
+skeletons included: 45 ms at a week's 280k, seconds at millions). Which
 deletions the catalog already reflects is decided by commit number: a sync
 notes the last commit its read snapshot can hold (``wait_published``) and
 applies only the later deletions to later snapshots.
@@ -34,8 +36,9 @@ from emem_ros.storage.store import MemoryStore
 _BODY = SourceType.INTEROCEPTION.value
 _HOLE_WINDOW = 4096
 """Ids skipped by a catch-up (written out of order by racing threads) are re-read later."""
-_MAX_HEARD = 100_000
-"""Deletion notices kept for a catalog nobody syncs; past that it is rebuilt on next use instead."""
+_MAX_HEARD = 50_000
+"""Deleted rows kept in notices for a catalog nobody syncs (archival sends every row it moves); past that it
+is rebuilt on next use instead, so a node nobody asks holds a bounded list."""
 
 
 class Stats:
@@ -72,6 +75,8 @@ class TextCatalog:
         self._seen = 0
         self._removed: list[tuple[int, Sequence[RemovedObservation]]] = []
         """Deletions heard of (commit number, rows), not yet applied; appended by the writer, no lock."""
+        self._heard = 0
+        """Rows in ``_removed`` (about: the writer adds, a sync counts them again)."""
         self._applied = 0
         """The commit number the catalog reflects deletions up to."""
         self.builds = 0
@@ -101,10 +106,12 @@ class TextCatalog:
 
     def removed(self, number: int, rows: Sequence[RemovedObservation]) -> None:
         """Commit ``number`` deleted these observation rows (a commit subscriber: no lock, no wait)."""
-        if len(self._removed) >= _MAX_HEARD:  # nobody asks (the catalog is not synced): rebuild when one does
+        if self._heard >= _MAX_HEARD:  # nobody asks (the catalog is not synced): rebuild when one does
             self._removed.clear()
+            self._heard = 0
             self.invalidate()
         self._removed.append((number, rows))
+        self._heard += len(rows)
 
     def sync(self) -> None:
         """Bring the catalog up to date with SQLite; a few microseconds when nothing changed."""
@@ -146,6 +153,7 @@ class TextCatalog:
         self._applied = max(self._applied, number)
         while self._removed and self._removed[0][0] <= self._applied:
             self._removed.pop(0)
+        self._heard = sum(len(rows) for _, rows in self._removed)
 
     def _build(self, conn: sqlite3.Connection) -> None:
         top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM observations").fetchone()[0]
@@ -218,12 +226,17 @@ class TextCatalog:
             stats.first, stats.last = first[0], last[0]
 
     def _rebody(self, conn: sqlite3.Connection, text_id: int, layer: str) -> None:
-        """A body reading went: is its text, and its layer, still read from the body?"""
-        if conn.execute("SELECT 1 FROM observations WHERE text_id = ? AND source_type = ? AND tier != 'archived'"
-                        " LIMIT 1", (text_id, _BODY)).fetchone() is None:
+        """A body reading went: is its text, and its layer, still read from the body?
+
+        Newest first: archival takes the oldest readings, and leaves their skeletons in the layer's index (a
+        scan from the oldest crossed the whole history before reaching a hot row)."""
+        if text_id in self._body_texts and conn.execute(
+                "SELECT 1 FROM observations WHERE text_id = ? AND source_type = ? AND tier != 'archived'"
+                " ORDER BY stamp DESC LIMIT 1", (text_id, _BODY)).fetchone() is None:
             self._body_texts.discard(text_id)
-        if conn.execute("SELECT 1 FROM observations WHERE layer = ? AND source_type = ? AND tier != 'archived'"
-                        " AND text_id IS NOT NULL LIMIT 1", (layer, _BODY)).fetchone() is None:
+        if layer in self._body_layers and conn.execute(
+                "SELECT 1 FROM observations WHERE layer = ? AND source_type = ? AND tier != 'archived'"
+                " AND text_id IS NOT NULL ORDER BY stamp DESC LIMIT 1", (layer, _BODY)).fetchone() is None:
             self._body_layers.discard(layer)
 
     def _catch_up(self, conn: sqlite3.Connection) -> None:
