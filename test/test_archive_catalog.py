@@ -76,3 +76,32 @@ def test_a_catalog_nobody_asks_holds_a_bounded_list_of_moved_rows(make_memory, c
     assert len(heard) >= 5 and max(heard) <= 150 + 97  # never more than the bound and one part
     assert _catalog(memory).snapshot() == _fresh(memory)
     assert catalog.builds == builds + 1  # rebuilt once, when asked
+
+
+def test_a_build_reads_the_hot_rows_not_the_archived_skeletons(make_memory, clock):
+    memory = make_memory(archive_after_seconds=0, archive_batch_size=5000)
+    start = clock.now - 20_000
+    for i in range(3000):
+        memory.add(("chair", "lamp", "desk")[i % 3], x=float(i % 7), y=1.0, timestamp=start + i,
+                   layer_name="detections")
+    memory.flush()
+    assert _archive_all(memory, clock) == 3000
+    for i in range(30):
+        memory.add(("chair", "box")[i % 2], x=2.0, y=float(i % 3), timestamp=clock.now - 100 + i,
+                   layer_name="detections")
+    memory.flush()
+    fresh = catalog_module.TextCatalog(memory.store)
+    conn = memory.store.reader()
+    instructions = [0]
+
+    def count() -> int:
+        instructions[0] += 100
+        return 0
+
+    conn.set_progress_handler(count, 100)
+    try:
+        fresh.sync()
+    finally:
+        conn.set_progress_handler(None, 100)
+    assert fresh.builds == 1 and {s[0] for s in fresh.snapshot()["all"].values()} == {15}
+    assert instructions[0] < 3000, f"{instructions[0]} SQLite instructions: the build read the archived rows"
