@@ -26,6 +26,8 @@ from emem_ros.geometry.pose_evidence import locate_from_poses
 from emem_ros.geometry.uncertainty import Region
 from emem_ros.tools.placement import LINK
 
+_DENSE = 100_000
+"""Place x pose pairs up to which ``_near`` compares all of them at once (beyond, a k-d tree is faster)."""
 _FILLER = re.compile(r"^(where\s+is|where's|find|locate|the|a|an|my|our|your)\s+")
 _WORD = re.compile(r"[a-z0-9][a-z0-9' -]*[a-z0-9]|[a-z0-9]")
 
@@ -109,6 +111,11 @@ class TrackEvidence:
 def _near(xy: np.ndarray, cluster: np.ndarray) -> np.ndarray:
     """Places within ``LINK`` of the cluster's own (one step: chaining would walk through a doorway to the
     other instance of the class)."""
-    d2 = ((xy[:, None, :] - cluster[None, :, :]) ** 2).sum(axis=2).min(axis=1)
-    near: np.ndarray = d2 <= LINK * LINK
-    return near
+    if len(xy) * len(cluster) <= _DENSE:
+        d2 = ((xy[:, None, :] - cluster[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+        near: np.ndarray = d2 <= LINK * LINK
+        return near
+    from scipy.spatial import cKDTree  # a long track against many places: the dense table grew as their product
+
+    distance, _ = cKDTree(cluster).query(xy, k=1, distance_upper_bound=LINK * (1.0 + 1e-12))
+    return np.asarray(distance <= LINK)
